@@ -1,0 +1,94 @@
+# ncclprobe - build, demo, tests, benchmarks and packaging.
+#
+#   make            build build/ncclprobe
+#   make demo       build the demo workload and record it
+#   make test       every test (needs root for the BPF ones)
+#   make bench      benchmarks (bench/README.md)
+#   make SAN=1 ...  the same with AddressSanitizer + UBSan (build/san/)
+#   make format     clang-format every C file
+
+CC      ?= gcc
+CLANG   ?= clang
+BPFTOOL ?= bpftool
+CUDA_HOME ?= /usr/local/cuda
+PYTHON  ?= /usr/bin/python3
+
+ifeq ($(SAN),1)
+BUILD   ?= build/san
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+else
+BUILD   ?= build
+SANFLAGS :=
+endif
+
+WARN     := -Wall -Wextra -Werror
+CFLAGS   ?= -O2 -g
+CPPFLAGS := -Iinclude -Isrc -I$(BUILD)
+LIBS     := -lbpf -ldw -lelf -lz -lcjson -lstdc++
+
+BPF_SRC  := bpf/ncclprobe.bpf.c
+SRCS     := $(sort $(wildcard src/*/*.c))
+OBJS     := $(SRCS:src/%.c=$(BUILD)/obj/%.o)
+HEADERS  := $(wildcard include/ncclprobe/*.h src/*/*.h)
+
+.PHONY: all demo test test-unit test-e2e bench format format-check clean
+all: $(BUILD)/ncclprobe
+
+# vmlinux.h is generated from the running kernel's BTF at build time: it then
+# matches the kernel we load on, and no 3 MB generated header sits in git.
+$(BUILD)/vmlinux.h:
+	@mkdir -p $(@D)
+	$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/ncclprobe.bpf.o: $(BPF_SRC) include/ncclprobe/events.h $(BUILD)/vmlinux.h
+	$(CLANG) -g -O2 -target bpf -D__TARGET_ARCH_x86 $(WARN) -Wno-unused-function -Wno-unused-parameter \
+		-Iinclude -I$(BUILD) -c $< -o $@
+
+$(BUILD)/ncclprobe.skel.h: $(BUILD)/ncclprobe.bpf.o
+	$(BPFTOOL) gen skeleton $< name ncclprobe_bpf > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/obj/%.o: src/%.c $(HEADERS) $(BUILD)/ncclprobe.skel.h
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -c $< -o $@
+
+$(BUILD)/ncclprobe: $(OBJS)
+	$(CC) $(CFLAGS) $(SANFLAGS) -o $@ $^ $(LIBS)
+
+# ---- workloads -------------------------------------------------------------
+$(BUILD)/progs/.built: $(wildcard tests/progs/*)
+	$(MAKE) -C tests/progs O=$(abspath $(BUILD))/progs CUDA_HOME=$(CUDA_HOME)
+	@touch $@
+
+$(BUILD)/demo/.built: $(wildcard tools/demo/* tools/demo/*/*)
+	$(MAKE) -C tools/demo O=$(abspath $(BUILD))/demo CUDA_HOME=$(CUDA_HOME)
+	@touch $@
+
+demo: $(BUILD)/ncclprobe $(BUILD)/demo/.built
+	tools/run-demo.sh $(BUILD)
+
+# ---- tests -------------------------------------------------------------------
+UNIT_SRCS := $(filter-out src/cli/main.c,$(SRCS))
+$(BUILD)/unit_tests: tests/unit/unit_tests.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o)
+	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
+
+test-unit: $(BUILD)/unit_tests
+	$(BUILD)/unit_tests
+
+test-e2e: $(BUILD)/ncclprobe $(BUILD)/progs/.built $(BUILD)/demo/.built
+	NCCLPROBE_BUILD=$(abspath $(BUILD)) $(PYTHON) -m pytest -q -rs tests/
+
+test: test-unit
+	$(MAKE) SAN=1 test-unit
+	$(MAKE) test-e2e
+
+bench: $(BUILD)/ncclprobe $(BUILD)/progs/.built
+	bench/run.sh $(BUILD)
+
+format:
+	clang-format -i $(BPF_SRC) $(SRCS) $(HEADERS) tests/unit/*.c
+
+format-check:
+	clang-format --dry-run --Werror $(BPF_SRC) $(SRCS) $(HEADERS) tests/unit/*.c
+
+clean:
+	rm -rf build

@@ -1,0 +1,357 @@
+// SPDX-License-Identifier: GPL-2.0
+/* ncclprobe.bpf.c - the probes: one uprobe program for every launch entry
+ * point and NCCL API function, one uretprobe program for the calls that
+ * produce kernel handles; the dynamic loader's debugger hook tells user
+ * space when a target loads a library (dlopen).
+ *
+ * Which probe fired is the attach cookie (the probe id); what it should do
+ * is probe_cfg[probe id], written by user space before attaching. The
+ * programs never block and never fail the target: every lost record is
+ * counted in `counters` and per probe in `probe_drops`.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "ncclprobe/events.h"
+
+/* libbpf 1.1's bpf_tracing.h stops at the fifth argument on x86-64. */
+#ifndef PT_REGS_PARM6
+#define PT_REGS_PARM6(x) ((x)->r9)
+#endif
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Set by user space before load. */
+const volatile __u64 wakeup_bytes = 256 * 1024; /* wake the reader past this backlog */
+
+struct {
+    __uint(type, BPF_MAP_TYPE_RINGBUF);
+    __uint(max_entries, 16 * 1024 * 1024); /* resized by user space */
+} events SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, NP_MAX_PROBES);
+    __type(key, __u32);
+    __type(value, struct np_probe_cfg);
+} probe_cfg SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, NP_MAX_PROBES);
+    __type(key, __u32);
+    __type(value, __u64);
+} probe_hits SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, NP_MAX_PROBES);
+    __type(key, __u32);
+    __type(value, __u64);
+} probe_drops SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, NP_CNT_MAX);
+    __type(key, __u32);
+    __type(value, __u64);
+} counters SEC(".maps");
+
+/* The innermost live launch on a thread, to flag launches nested in it. */
+struct launch_scope {
+    __u64 sp;       /* stack pointer at its entry: its return address lives there */
+    __u64 ret_addr; /* the return address, to tell a live activation from a stale one */
+    __u32 probe_id;
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, __u32);
+    __type(value, struct launch_scope);
+} scope_by_tid SEC(".maps");
+
+/* A thunk that was entered and is about to jump into its target probe. */
+struct thunk_entry {
+    __u64 sp;
+    __u32 probe_id;
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, __u32);
+    __type(value, struct thunk_entry);
+} thunk_by_tid SEC(".maps");
+
+/* A handle-producing call in flight: filled at entry, sent at return. */
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 16384);
+    __type(key, __u32);
+    __type(value, struct np_handle_event);
+} handle_by_tid SEC(".maps");
+
+/* Scratch for building a launch event: too big for the 512-byte BPF stack. */
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct np_launch_event);
+} launch_scratch SEC(".maps");
+
+static __always_inline void count(__u32 which) {
+    __u64 *v = bpf_map_lookup_elem(&counters, &which);
+    if (v)
+        *v += 1;
+}
+
+static __always_inline void count_probe(void *map, __u32 probe_id) {
+    __u64 *v = bpf_map_lookup_elem(map, &probe_id);
+    if (v)
+        *v += 1;
+}
+
+static __always_inline void read_reg_args(struct pt_regs *ctx, __u64 args[NP_REG_ARGS]) {
+    args[0] = PT_REGS_PARM1(ctx);
+    args[1] = PT_REGS_PARM2(ctx);
+    args[2] = PT_REGS_PARM3(ctx);
+    args[3] = PT_REGS_PARM4(ctx);
+    args[4] = PT_REGS_PARM5(ctx);
+    args[5] = PT_REGS_PARM6(ctx);
+}
+
+/* Batch wake-ups: only wake the reader once a backlog has built up; it
+ * also polls on a short timer, so nothing waits long. */
+static __always_inline __u64 wakeup_flag(void) {
+    __u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+    return avail >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
+static __always_inline void fill_header(struct np_event_header *h, __u16 type, __u32 size,
+                                        __u64 pid_tgid) {
+    h->type = type;
+    h->version = NP_EVENT_VERSION;
+    h->size = size;
+    h->ts_ns = bpf_ktime_get_ns();
+    h->pid = pid_tgid >> 32;
+    h->tid = (__u32)pid_tgid;
+}
+
+static __always_inline __u64 arg_value(struct np_launch_event *e, int idx) {
+    if (idx >= 0 && idx < NP_REG_ARGS)
+        return e->args[idx];
+    if (idx >= NP_REG_ARGS && idx < NP_REG_ARGS + NP_STACK_ARGS)
+        return e->stack_args[idx - NP_REG_ARGS];
+    return 0;
+}
+
+/* Decide whether this launch runs inside another probed launch on the same
+ * thread (a runtime launch calling into the driver, ncclLaunchKernel calling
+ * cuLaunchKernelEx) and, if not, make it the thread's innermost launch.
+ * An older scope is still live when our stack pointer is below its entry
+ * stack pointer and its return address is still in place there. */
+static __always_inline void track_scope(struct np_launch_event *e, __u32 tid) {
+    struct launch_scope *outer = bpf_map_lookup_elem(&scope_by_tid, &tid);
+    __u64 slot = 0;
+
+    if (outer && e->sp < outer->sp &&
+        bpf_probe_read_user(&slot, sizeof(slot), (void *)outer->sp) == 0 &&
+        slot == outer->ret_addr) {
+        e->flags |= NP_LF_NESTED;
+        e->outer_probe = outer->probe_id;
+        return;
+    }
+    struct launch_scope now = {.sp = e->sp, .ret_addr = e->ret_addr, .probe_id = e->called_as};
+    bpf_map_update_elem(&scope_by_tid, &tid, &now, BPF_ANY);
+}
+
+/* A thunk entered just before us with the same stack pointer means the
+ * caller called the thunk: report the launch under the thunk's name. */
+static __always_inline void take_thunk(struct np_launch_event *e, __u32 tid) {
+    struct thunk_entry *t = bpf_map_lookup_elem(&thunk_by_tid, &tid);
+    if (!t)
+        return;
+    if (t->sp == e->sp) {
+        e->called_as = t->probe_id;
+        e->flags |= NP_LF_VIA_THUNK;
+    }
+    bpf_map_delete_elem(&thunk_by_tid, &tid);
+}
+
+static __always_inline void copy_deref(struct np_launch_event *e, const struct np_probe_cfg *cfg) {
+    __u64 ptr = arg_value(e, cfg->deref_arg);
+    __u32 len = cfg->deref_len;
+
+    if (!ptr)
+        return;
+    if (len > NP_DEREF_BYTES)
+        len = NP_DEREF_BYTES;
+    if (bpf_probe_read_user(e->deref, len, (void *)(ptr + cfg->deref_off)) != 0)
+        e->flags |= NP_LF_DEREF_ERR;
+}
+
+static __always_inline __u32 capture_stack(struct pt_regs *ctx, struct np_launch_event *e) {
+    long n = bpf_get_stack(ctx, e->ips, sizeof(e->ips), BPF_F_USER_STACK);
+    if (n < 0) {
+        e->flags |= NP_LF_STACK_ERR;
+        e->stack_err = n;
+        e->ips[0] = PT_REGS_IP(ctx);
+        return 1;
+    }
+    return n / sizeof(__u64);
+}
+
+static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_probe_cfg *cfg,
+                                       __u32 probe_id, __u64 pid_tgid) {
+    __u32 zero = 0;
+    struct np_launch_event *e = bpf_map_lookup_elem(&launch_scratch, &zero);
+    if (!e)
+        return 0;
+
+    e->cpu = bpf_get_smp_processor_id();
+    e->probe_id = probe_id;
+    e->called_as = probe_id;
+    e->outer_probe = 0;
+    e->flags = 0;
+    e->stack_err = 0;
+    bpf_get_current_comm(e->comm, sizeof(e->comm));
+    e->sp = PT_REGS_SP(ctx);
+    read_reg_args(ctx, e->args);
+    e->ret_addr = 0;
+    bpf_probe_read_user(&e->ret_addr, sizeof(e->ret_addr), (void *)e->sp);
+    if (bpf_probe_read_user(e->stack_args, sizeof(e->stack_args), (void *)(e->sp + 8)) != 0) {
+        __builtin_memset(e->stack_args, 0, sizeof(e->stack_args));
+        e->flags |= NP_LF_ARGS_ERR;
+    }
+    __builtin_memset(e->deref, 0, sizeof(e->deref));
+    if (cfg->deref_arg >= 0)
+        copy_deref(e, cfg);
+
+    __u32 n = capture_stack(ctx, e);
+    if (n > NP_MAX_STACK)
+        n = NP_MAX_STACK;
+    e->n_ips = n;
+
+    __u32 tid = (__u32)pid_tgid;
+    if (cfg->role == NP_ROLE_LAUNCH) {
+        take_thunk(e, tid);
+        track_scope(e, tid);
+    }
+
+    __u32 size = NP_LAUNCH_FIXED_SIZE + n * sizeof(__u64);
+    if (size > sizeof(*e))
+        size = sizeof(*e);
+    fill_header(&e->hdr, NP_EV_LAUNCH, size, pid_tgid);
+
+    if (bpf_ringbuf_output(&events, e, size, wakeup_flag()) != 0) {
+        count(NP_CNT_LAUNCH_DROPPED);
+        count_probe(&probe_drops, e->called_as);
+        return 0;
+    }
+    count(NP_CNT_LAUNCH_SENT);
+    return 0;
+}
+
+static __always_inline void remember_thunk(struct pt_regs *ctx, __u32 probe_id, __u32 tid) {
+    struct thunk_entry t = {.sp = PT_REGS_SP(ctx), .probe_id = probe_id};
+    bpf_map_update_elem(&thunk_by_tid, &tid, &t, BPF_ANY);
+    count(NP_CNT_THUNK_HITS);
+}
+
+static __always_inline void remember_handle_call(struct pt_regs *ctx,
+                                                 const struct np_probe_cfg *cfg, __u32 probe_id,
+                                                 __u32 tid) {
+    struct np_handle_event empty = {};
+    if (bpf_map_update_elem(&handle_by_tid, &tid, &empty, BPF_ANY) != 0)
+        return;
+    struct np_handle_event *h = bpf_map_lookup_elem(&handle_by_tid, &tid);
+    if (!h)
+        return;
+    __u64 args[NP_REG_ARGS];
+    read_reg_args(ctx, args);
+    h->probe_id = probe_id;
+    /* handle holds the out pointer until the return fills in the handle */
+    h->handle = cfg->out_arg < NP_REG_ARGS ? args[cfg->out_arg] : 0;
+    h->source = cfg->src_arg < NP_REG_ARGS ? args[cfg->src_arg] : 0;
+    if (cfg->src_kind == NP_SRC_STRING && h->source) {
+        long n = bpf_probe_read_user_str(h->name, sizeof(h->name), (void *)h->source);
+        h->name_err = n < 0 ? n : 0;
+    }
+}
+
+/* The dynamic loader calls _dl_debug_state (its r_brk, the debugger hook)
+ * inside dlopen once the new objects are mapped, before their constructors
+ * run and before dlopen returns: wake user space now to probe them. */
+static __always_inline void report_loader_change(__u64 pid_tgid) {
+    struct np_map_event m = {};
+    fill_header(&m.hdr, NP_EV_MAP, sizeof(m), pid_tgid);
+    if (bpf_ringbuf_output(&events, &m, sizeof(m), BPF_RB_FORCE_WAKEUP) == 0)
+        count(NP_CNT_MAP_SENT);
+    else
+        count(NP_CNT_MAP_DROPPED);
+}
+
+SEC("uprobe")
+int np_entry(struct pt_regs *ctx) {
+    __u32 probe_id = (__u32)bpf_get_attach_cookie(ctx);
+    __u64 pid_tgid = bpf_get_current_pid_tgid();
+
+    struct np_probe_cfg *cfg = bpf_map_lookup_elem(&probe_cfg, &probe_id);
+    if (!cfg)
+        return 0;
+    if (cfg->pid != pid_tgid >> 32) {
+        count(NP_CNT_FOREIGN_HITS);
+        return 0;
+    }
+    count_probe(&probe_hits, probe_id);
+
+    switch (cfg->role) {
+    case NP_ROLE_LAUNCH:
+    case NP_ROLE_API:
+        return emit_launch(ctx, cfg, probe_id, pid_tgid);
+    case NP_ROLE_THUNK:
+        remember_thunk(ctx, probe_id, (__u32)pid_tgid);
+        return 0;
+    case NP_ROLE_HANDLE_ENTRY:
+        remember_handle_call(ctx, cfg, probe_id, (__u32)pid_tgid);
+        return 0;
+    case NP_ROLE_LOADER:
+        report_loader_change(pid_tgid);
+        return 0;
+    }
+    return 0;
+}
+
+SEC("uretprobe")
+int np_return(struct pt_regs *ctx) {
+    __u32 probe_id = (__u32)bpf_get_attach_cookie(ctx);
+    __u64 pid_tgid = bpf_get_current_pid_tgid();
+    __u32 tid = (__u32)pid_tgid;
+
+    struct np_probe_cfg *cfg = bpf_map_lookup_elem(&probe_cfg, &probe_id);
+    if (!cfg || cfg->pid != pid_tgid >> 32)
+        return 0;
+    count_probe(&probe_hits, probe_id);
+
+    struct np_handle_event *h = bpf_map_lookup_elem(&handle_by_tid, &tid);
+    if (!h)
+        return 0;
+    __u64 out_ptr = h->handle;
+    h->handle = 0;
+    if (out_ptr)
+        bpf_probe_read_user(&h->handle, sizeof(h->handle), (void *)out_ptr);
+    fill_header(&h->hdr, NP_EV_HANDLE, sizeof(*h), pid_tgid);
+    /* A call that produced nothing (it failed) names nothing. */
+    if (h->handle) {
+        if (bpf_ringbuf_output(&events, h, sizeof(*h), wakeup_flag()) == 0) {
+            count(NP_CNT_HANDLE_SENT);
+        } else {
+            count(NP_CNT_HANDLE_DROPPED);
+            count_probe(&probe_drops, probe_id);
+        }
+    }
+    bpf_map_delete_elem(&handle_by_tid, &tid);
+    return 0;
+}

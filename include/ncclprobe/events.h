@@ -1,0 +1,132 @@
+/* events.h - the records that cross the BPF ring buffer, and the per-probe
+ * configuration that user space hands to BPF.
+ *
+ * This is the one definition of every on-wire record: bpf/ncclprobe.bpf.c and
+ * the daemon in src/ both include it. The BPF side includes vmlinux.h first
+ * (which defines __u8..__u64); user space gets them from <linux/types.h>.
+ *
+ * Every record starts with struct np_event_header; `size` is the number of
+ * bytes actually sent, so variable-length tails (the user stack today; copied
+ * stack bytes and Python frames later) can grow without changing the header.
+ * Bump NP_EVENT_VERSION whenever a fixed part changes.
+ */
+#ifndef NCCLPROBE_EVENTS_H
+#define NCCLPROBE_EVENTS_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h>
+#endif
+
+#define NP_EVENT_VERSION 1
+#define NP_COMM_LEN 16
+#define NP_MAX_STACK 127 /* kernel's default perf_event_max_stack */
+#define NP_REG_ARGS 6    /* SysV x86-64 integer argument registers */
+#define NP_STACK_ARGS 6  /* words read above the return address */
+#define NP_DEREF_BYTES 128
+#define NP_NAME_LEN 128
+#define NP_MAX_PROBES 16384
+
+enum np_event_type {
+    NP_EV_LAUNCH = 1, /* a probed launch / NCCL API entry (struct np_launch_event) */
+    NP_EV_HANDLE = 2, /* a kernel handle was produced (struct np_handle_event) */
+    NP_EV_MAP = 3,    /* a target loaded a library (struct np_map_event) */
+};
+
+struct np_event_header {
+    __u16 type;    /* enum np_event_type */
+    __u16 version; /* NP_EVENT_VERSION */
+    __u32 size;    /* bytes of this record, header included */
+    __u64 ts_ns;   /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
+    __u32 pid;     /* host tgid */
+    __u32 tid;     /* host tid */
+};
+
+/* What a probe does when it fires; set per probe id in the probe_cfg map. */
+enum np_probe_role {
+    NP_ROLE_NONE = 0,
+    NP_ROLE_LAUNCH = 1,        /* a launch entry point: emits np_launch_event */
+    NP_ROLE_THUNK = 2,         /* tail-jumps into another launch probe: remembered, no event */
+    NP_ROLE_API = 3,           /* an API call that is not itself a launch (NCCL collectives) */
+    NP_ROLE_HANDLE_ENTRY = 4,  /* entry of a call that produces a kernel handle */
+    NP_ROLE_HANDLE_RETURN = 5, /* its return (uretprobe): emits np_handle_event */
+    NP_ROLE_LOADER = 6         /* the dynamic loader's r_brk: a library was loaded */
+};
+
+/* How a handle producer names its handle (enum np_probe_cfg.src_kind). */
+enum np_handle_source {
+    NP_SRC_POINTER = 0, /* source argument is a host function pointer (a stub) */
+    NP_SRC_STRING = 1,  /* source argument is a C string (a kernel name) */
+    NP_SRC_HANDLE = 2,  /* source argument is another handle (CUkernel -> CUfunction) */
+};
+
+struct np_probe_cfg {
+    __u32 pid;      /* the only process this probe id serves */
+    __u8 role;      /* enum np_probe_role */
+    __s8 deref_arg; /* argument (0-5 registers, 6-11 stack words) to copy from, -1: none */
+    __u8 out_arg;   /* handle producers: the argument that points at the result */
+    __u8 src_arg;   /* handle producers: the argument naming the handle */
+    __u8 src_kind;  /* enum np_handle_source */
+    __u8 pad[3];
+    __u32 deref_off; /* added to the dereferenced pointer */
+    __u32 deref_len; /* bytes to copy, at most NP_DEREF_BYTES */
+};
+
+enum np_launch_flags {
+    NP_LF_NESTED = 1u << 0,    /* fired inside another launch probe's activation, same thread */
+    NP_LF_VIA_THUNK = 1u << 1, /* entered through a thunk: called_as names the thunk */
+    NP_LF_STACK_ERR = 1u << 2, /* bpf_get_stack failed: stack_err holds the error */
+    NP_LF_DEREF_ERR = 1u << 3, /* copying the dereferenced argument failed */
+    NP_LF_ARGS_ERR = 1u << 4,  /* reading the stack-passed arguments failed */
+};
+
+struct np_launch_event {
+    struct np_event_header hdr;
+    __u32 cpu;
+    __u32 probe_id;    /* the probe that fired */
+    __u32 called_as;   /* the probe the caller entered (differs from probe_id via a thunk) */
+    __u32 outer_probe; /* NP_LF_NESTED: the enclosing launch's probe id */
+    __u32 flags;       /* enum np_launch_flags */
+    __s32 stack_err;
+    char comm[NP_COMM_LEN];
+    __u64 sp;                        /* user stack pointer at entry */
+    __u64 ret_addr;                  /* [sp] at entry: the return address into the caller */
+    __u64 args[NP_REG_ARGS];         /* rdi rsi rdx rcx r8 r9 */
+    __u64 stack_args[NP_STACK_ARGS]; /* [sp+8], [sp+16], ... */
+    __u8 deref[NP_DEREF_BYTES];      /* probe_cfg's dereferenced argument */
+    __u32 n_ips;                     /* entries of ips[] that were sent */
+    __u32 pad;
+    /* bpf_get_stack's user stack: ips[0] is the probed function, then the
+     * frame-pointer chain. Kernels before 6.12 miss the caller at a function
+     * entry (it is not on the chain yet); user space inserts ret_addr then. */
+    __u64 ips[NP_MAX_STACK];
+};
+
+#define NP_LAUNCH_FIXED_SIZE __builtin_offsetof(struct np_launch_event, ips)
+
+struct np_handle_event {
+    struct np_event_header hdr;
+    __u32 probe_id;
+    __s32 name_err; /* < 0 when reading the name string failed */
+    __u64 handle;   /* the produced CUfunction / CUkernel / cudaKernel_t */
+    __u64 source;   /* stub pointer or source handle (src_kind) */
+    char name[NP_NAME_LEN];
+};
+
+struct np_map_event {
+    struct np_event_header hdr;
+};
+
+/* Global counters (per-CPU array "counters", summed by user space). */
+enum np_counter {
+    NP_CNT_LAUNCH_SENT = 0, /* launch/API events written to the ring buffer */
+    NP_CNT_LAUNCH_DROPPED,  /* launch/API events lost: ring buffer full */
+    NP_CNT_HANDLE_SENT,
+    NP_CNT_HANDLE_DROPPED,
+    NP_CNT_MAP_SENT, /* library-load notifications */
+    NP_CNT_MAP_DROPPED,
+    NP_CNT_FOREIGN_HITS, /* a probe fired in a process it does not serve */
+    NP_CNT_THUNK_HITS,
+    NP_CNT_MAX
+};
+
+#endif /* NCCLPROBE_EVENTS_H */

@@ -1,0 +1,256 @@
+/* attach.c - probe registry and uprobe attachment (see attach.h). */
+#define _GNU_SOURCE
+#include "attach/attach.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "attach/elfscan.h"
+#include "attach/procmaps.h"
+#include "attach/target.h"
+#include "lib/util.h"
+#include "ncclprobe.skel.h"
+
+void np_attacher_init(struct np_attacher *a, struct ncclprobe_bpf *skel) {
+    memset(a, 0, sizeof(*a));
+    a->skel = skel;
+    np_map_init(&a->scan_cache);
+}
+
+static void free_scan(void *p) {
+    struct np_elf_scan *scan = p;
+    if (!scan)
+        return;
+    np_elf_scan_free(scan);
+    free(scan);
+}
+
+void np_attacher_destroy(struct np_attacher *a) {
+    for (size_t i = 0; i < a->nsites; i++) {
+        bpf_link__destroy(a->sites[i].link);
+        bpf_link__destroy(a->sites[i].ret_link);
+    }
+    free(a->sites);
+    np_map_free(&a->scan_cache, free_scan);
+    memset(a, 0, sizeof(*a));
+}
+
+const struct np_probe_site *np_attacher_site(const struct np_attacher *a, uint32_t id) {
+    if (id == 0 || id > a->nsites)
+        return NULL;
+    return &a->sites[id - 1];
+}
+
+static struct np_probe_site *new_site(struct np_attacher *a) {
+    if (a->nsites + 1 >= NP_MAX_PROBES)
+        return NULL;
+    if (a->nsites == a->cap) {
+        size_t ncap = a->cap ? a->cap * 2 : 64;
+        struct np_probe_site *s = realloc(a->sites, ncap * sizeof(*s));
+        if (!s)
+            return NULL;
+        a->sites = s;
+        a->cap = ncap;
+    }
+    struct np_probe_site *s = &a->sites[a->nsites++];
+    memset(s, 0, sizeof(*s));
+    s->id = (uint32_t)a->nsites;
+    return s;
+}
+
+static struct np_probe_cfg site_cfg(const struct np_probe_site *s) {
+    struct np_probe_cfg cfg = {
+        .pid = (uint32_t)s->pid,
+        .role = s->is_thunk ? NP_ROLE_THUNK : (uint8_t)s->def->role,
+        .deref_arg = (int8_t)s->def->deref_arg,
+        .out_arg = (uint8_t)s->def->out_arg,
+        .src_arg = (uint8_t)s->def->src_arg,
+        .src_kind = (uint8_t)s->def->src_kind,
+        .deref_off = 0,
+        .deref_len = (uint32_t)s->def->deref_len,
+    };
+    return cfg;
+}
+
+/* Writes the probe's configuration, then attaches entry (and, for handle
+ * producers, return) uprobes. The config must be in place first: the probe
+ * can fire the moment it is attached. */
+static int attach_site(struct np_attacher *a, struct np_probe_site *s, const char *binary) {
+    struct np_probe_cfg cfg = site_cfg(s);
+    if (bpf_map__update_elem(a->skel->maps.probe_cfg, &s->id, sizeof(s->id), &cfg, sizeof(cfg),
+                             BPF_ANY) < 0)
+        return -errno;
+
+    LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = s->id);
+    s->link =
+        bpf_program__attach_uprobe_opts(a->skel->progs.np_entry, s->pid, binary, s->offset, &opts);
+    if (!s->link)
+        return -errno;
+    if (s->def->role == NP_ROLE_HANDLE_ENTRY) {
+        opts.retprobe = true;
+        s->ret_link = bpf_program__attach_uprobe_opts(a->skel->progs.np_return, s->pid, binary,
+                                                      s->offset, &opts);
+        if (!s->ret_link)
+            return -errno;
+    }
+    return 0;
+}
+
+static int scan_cached(struct np_attacher *a, int fd, const struct stat *st,
+                       const struct np_elf_scan **out) {
+    char key[128];
+    snprintf(key, sizeof(key), "%" PRIu64 ":%" PRIu64 ":%" PRId64 ":%" PRId64 ".%ld",
+             (uint64_t)st->st_dev, (uint64_t)st->st_ino, (int64_t)st->st_size,
+             (int64_t)st->st_mtim.tv_sec, st->st_mtim.tv_nsec);
+    struct np_elf_scan *scan = np_map_get_str(&a->scan_cache, key);
+    if (scan) {
+        *out = scan;
+        return 0;
+    }
+    scan = calloc(1, sizeof(*scan));
+    if (!scan)
+        return -ENOMEM;
+    int err = np_elf_scan_fd(fd, scan);
+    if (!err)
+        err = np_map_put_str(&a->scan_cache, key, scan);
+    if (err) {
+        free_scan(scan);
+        return err;
+    }
+    *out = scan;
+    return 0;
+}
+
+/* Attaches every match of one scanned file; records the library on the
+ * target when it has any probe point. */
+static int attach_scan(struct np_attacher *a, struct np_target *t, const char *target_path,
+                       const char *binary, const struct stat *st, const struct np_elf_scan *scan,
+                       uint64_t seen_ns) {
+    if (scan->count == 0)
+        return 0;
+    struct np_library *lib = np_target_add_library(t, target_path);
+    if (!lib)
+        return -ENOMEM;
+    size_t lib_index = (size_t)(lib - t->libs);
+    snprintf(lib->build_id, sizeof(lib->build_id), "%s", scan->build_id);
+    lib->dev = st->st_dev;
+    lib->inode = st->st_ino;
+    lib->seen_ns = seen_ns ? seen_ns : np_monotonic_ns();
+    lib->late = t->attached;
+
+    int attached = 0;
+    for (size_t i = 0; i < scan->count; i++) {
+        const struct np_elf_match *m = &scan->matches[i];
+        struct np_probe_site *s = new_site(a);
+        if (!s)
+            return -ENOMEM;
+        s->pid = t->pid;
+        s->def = m->def;
+        s->lib_index = lib_index;
+        s->offset = m->file_offset;
+        s->is_thunk = m->thunk_target >= 0;
+        s->err = attach_site(a, s, binary);
+        if (s->err) {
+            lib = &t->libs[lib_index];
+            lib->probes_failed++;
+            if (!lib->first_error)
+                lib->first_error = s->err;
+            np_warn("pid %d: cannot probe %s in %s: %s", t->pid, m->def->symbol, target_path,
+                    strerror(-s->err));
+            continue;
+        }
+        t->libs[lib_index].probes_ok++;
+        attached++;
+    }
+    t->libs[lib_index].attached_ns = np_monotonic_ns();
+    return attached;
+}
+
+/* Opens a file the target maps, through its root (containers), falling
+ * back to map_files for files that were replaced or deleted on disk. */
+static int open_target_file(const struct np_target *t, const struct np_mapping *m, char *binary,
+                            size_t size) {
+    snprintf(binary, size, "/proc/%d/root%s", t->pid, m->path);
+    int fd = open(binary, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0)
+        return fd;
+    snprintf(binary, size, "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, t->pid, m->start, m->end);
+    fd = open(binary, O_RDONLY | O_CLOEXEC);
+    return fd >= 0 ? fd : -errno;
+}
+
+static int attach_mapping(struct np_attacher *a, struct np_target *t, const struct np_mapping *m,
+                          uint64_t seen_ns) {
+    char binary[4200];
+    int fd = open_target_file(t, m, binary, sizeof(binary));
+    if (fd < 0) {
+        np_debug("pid %d: cannot open %s: %s", t->pid, m->path, strerror(-fd));
+        return 0;
+    }
+    /* The same file can show up under two identities (maps vs. fstat on
+     * overlay filesystems): key on what fstat says, too. */
+    struct stat st;
+    const struct np_elf_scan *scan = NULL;
+    int err = fstat(fd, &st) < 0 ? -errno : 0;
+    if (!err && np_target_saw_file(t, st.st_dev, st.st_ino)) {
+        close(fd);
+        return 0;
+    }
+    if (!err)
+        err = np_target_mark_file(t, st.st_dev, st.st_ino);
+    if (!err)
+        err = scan_cached(a, fd, &st, &scan);
+    close(fd);
+    if (err)
+        return err;
+    return attach_scan(a, t, m->path, binary, &st, scan, seen_ns);
+}
+
+int np_attach_from_maps(struct np_attacher *a, struct np_target *t, uint64_t seen_ns) {
+    struct np_maps maps;
+    int err = np_maps_read(t->pid, &maps);
+    if (err)
+        return err;
+
+    int total = 0;
+    for (size_t i = 0; i < maps.count; i++) {
+        const struct np_mapping *m = &maps.items[i];
+        if (!m->exec || np_target_saw_file(t, m->dev, m->inode))
+            continue;
+        err = np_target_mark_file(t, m->dev, m->inode);
+        if (!err)
+            err = attach_mapping(a, t, m, seen_ns);
+        if (err < 0)
+            break;
+        total += err;
+        err = 0;
+    }
+    np_maps_free(&maps);
+    return err < 0 ? err : total;
+}
+
+int np_attach_file(struct np_attacher *a, struct np_target *t, const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    const struct np_elf_scan *scan = NULL;
+    int err = fstat(fd, &st) < 0 ? -errno : scan_cached(a, fd, &st, &scan);
+    close(fd);
+    if (err)
+        return err;
+    if (np_target_saw_file(t, st.st_dev, st.st_ino))
+        return 0;
+    err = np_target_mark_file(t, st.st_dev, st.st_ino);
+    if (err)
+        return err;
+    return attach_scan(a, t, path, path, &st, scan, 0);
+}

@@ -1,0 +1,64 @@
+/* attach.h - turns "process P maps file F" into attached uprobes.
+ *
+ * The attacher owns the probe registry: every uprobe it attaches gets a probe
+ * id (the BPF attach cookie) and a row in BPF's probe_cfg map saying which
+ * process it serves and what it does. ELF scans are cached per file
+ * identity (device, inode, size, mtime), so the hundredth process mapping
+ * libcudart costs a map lookup, not a symbol walk. */
+#ifndef NP_ATTACH_H
+#define NP_ATTACH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "attach/probes.h"
+#include "lib/hashmap.h"
+
+struct ncclprobe_bpf;
+struct bpf_link;
+struct np_target;
+
+struct np_probe_site {
+    uint32_t id;
+    pid_t pid;
+    const struct np_probe_def *def;
+    size_t lib_index; /* into the target's libs[] */
+    uint64_t offset;  /* file offset of the probed instruction */
+    bool is_thunk;
+    struct bpf_link *link, *ret_link;
+    int err; /* negative errno when attaching failed */
+};
+
+/* One ELF file with probe points, mapped by one target. */
+struct np_library {
+    char *path; /* as the target sees it */
+    char build_id[41];
+    uint64_t dev, inode;
+    uint64_t seen_ns;     /* CLOCK_MONOTONIC: when the mapping was noticed */
+    uint64_t attached_ns; /* CLOCK_MONOTONIC: when its probes were in place */
+    bool late;            /* mapped after ncclprobe attached to the process */
+    int probes_ok, probes_failed;
+    int first_error;
+};
+
+struct np_attacher {
+    struct ncclprobe_bpf *skel;
+    struct np_probe_site *sites; /* sites[id - 1] */
+    size_t nsites, cap;
+    struct np_map scan_cache; /* file identity -> struct np_elf_scan * */
+};
+
+void np_attacher_init(struct np_attacher *a, struct ncclprobe_bpf *skel);
+/* Detaches every probe and frees the registry. */
+void np_attacher_destroy(struct np_attacher *a);
+const struct np_probe_site *np_attacher_site(const struct np_attacher *a, uint32_t id);
+
+/* Scans the target's /proc/PID/maps and attaches to every file not seen
+ * before. seen_ns is when the caller learned of new mappings (0: now).
+ * Returns the number of probes attached, or -errno (-ESRCH: gone). */
+int np_attach_from_maps(struct np_attacher *a, struct np_target *t, uint64_t seen_ns);
+/* Attaches to a file by path before the target maps it (ncclprobe -- CMD). */
+int np_attach_file(struct np_attacher *a, struct np_target *t, const char *path);
+
+#endif

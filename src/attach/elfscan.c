@@ -1,0 +1,214 @@
+/* elfscan.c - symbol scan of one ELF file with libelf (see elfscan.h). */
+#define _GNU_SOURCE
+#include "attach/elfscan.h"
+
+#include <elf.h>
+#include <elfutils/libdwelf.h>
+#include <errno.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/hashmap.h"
+
+int np_decode_thunk(const uint8_t *code, size_t len, uint64_t vaddr, uint64_t *target) {
+    static const uint8_t endbr64[] = {0xf3, 0x0f, 0x1e, 0xfa};
+    static const uint8_t fp_dance[] = {0x55, 0x48, 0x89, 0xe5, 0x5d}; /* push; mov; pop */
+    size_t i = 0;
+
+    if (len >= sizeof(endbr64) && memcmp(code, endbr64, sizeof(endbr64)) == 0)
+        i += sizeof(endbr64);
+    if (len >= i + sizeof(fp_dance) && memcmp(code + i, fp_dance, sizeof(fp_dance)) == 0)
+        i += sizeof(fp_dance);
+    if (len >= i + 5 && code[i] == 0xe9) {
+        int32_t rel;
+        memcpy(&rel, code + i + 1, sizeof(rel));
+        *target = vaddr + i + 5 + (int64_t)rel;
+        return 1;
+    }
+    if (len >= i + 2 && code[i] == 0xeb) {
+        *target = vaddr + i + 2 + (int8_t)code[i + 1];
+        return 1;
+    }
+    return 0;
+}
+
+/* Symbol names we look for, for O(1) checks over millions of symbols. */
+static const struct np_map *wanted_names(void) {
+    static struct np_map names;
+    static int ready;
+    if (!ready) {
+        size_t n;
+        const struct np_probe_def *defs = np_probe_defs(&n);
+        np_map_init(&names);
+        for (size_t i = 0; i < n; i++)
+            if (np_map_put_str(&names, defs[i].symbol, (void *)&defs[i]) < 0)
+                return NULL;
+        ready = 1;
+    }
+    return &names;
+}
+
+/* Cheap test before walking a symbol table: does its string table mention
+ * anything we probe? Most libraries of a Python process do not. */
+static int strtab_may_match(Elf_Data *strs) {
+    static const char *const needles[] = {"Launch", "nccl", "GetKernel", "GetFunc",
+                                          "_dl_debug_state"};
+    for (size_t i = 0; i < sizeof(needles) / sizeof(needles[0]); i++)
+        if (memmem(strs->d_buf, strs->d_size, needles[i], strlen(needles[i])))
+            return 1;
+    return 0;
+}
+
+static int vaddr_to_offset(Elf *elf, uint64_t vaddr, uint64_t *offset) {
+    size_t nphdr;
+    if (elf_getphdrnum(elf, &nphdr) != 0)
+        return -EINVAL;
+    for (size_t i = 0; i < nphdr; i++) {
+        GElf_Phdr ph;
+        if (!gelf_getphdr(elf, (int)i, &ph) || ph.p_type != PT_LOAD)
+            continue;
+        if (vaddr >= ph.p_vaddr && vaddr < ph.p_vaddr + ph.p_filesz) {
+            *offset = vaddr - ph.p_vaddr + ph.p_offset;
+            return 0;
+        }
+    }
+    return -ENOENT;
+}
+
+static int add_match(struct np_elf_scan *out, size_t *cap, const struct np_probe_def *def,
+                     uint64_t vaddr, uint64_t offset) {
+    for (size_t i = 0; i < out->count; i++)
+        if (out->matches[i].vaddr == vaddr)
+            return 0; /* an alias (weak/versioned/pnccl) of a function we have */
+    if (out->count == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 16;
+        struct np_elf_match *m = realloc(out->matches, ncap * sizeof(*m));
+        if (!m)
+            return -ENOMEM;
+        out->matches = m;
+        *cap = ncap;
+    }
+    out->matches[out->count++] = (struct np_elf_match){def, vaddr, offset, -1};
+    return 0;
+}
+
+/* Strips a ".dynsym" version suffix: "cudaLaunchKernel@@libcudart.so.13". */
+static const char *base_name(const char *name, char *buf, size_t size) {
+    const char *at = strchr(name, '@');
+    if (!at)
+        return name;
+    size_t n = (size_t)(at - name);
+    if (n >= size)
+        return name;
+    memcpy(buf, name, n);
+    buf[n] = '\0';
+    return buf;
+}
+
+static int scan_symtab(Elf *elf, Elf_Scn *scn, GElf_Shdr *sh, struct np_elf_scan *out,
+                       size_t *cap) {
+    const struct np_map *names = wanted_names();
+    Elf_Scn *str_scn = elf_getscn(elf, sh->sh_link);
+    Elf_Data *strs = str_scn ? elf_getdata(str_scn, NULL) : NULL;
+    Elf_Data *syms = elf_getdata(scn, NULL);
+    char buf[512];
+
+    if (!names)
+        return -ENOMEM;
+    if (!strs || !syms || sh->sh_entsize == 0 || !strtab_may_match(strs))
+        return 0;
+    size_t n = sh->sh_size / sh->sh_entsize;
+    for (size_t i = 0; i < n; i++) {
+        GElf_Sym sym;
+        if (!gelf_getsym(syms, (int)i, &sym))
+            continue;
+        if (GELF_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_shndx == SHN_UNDEF || !sym.st_value)
+            continue;
+        const char *name = elf_strptr(elf, sh->sh_link, sym.st_name);
+        if (!name)
+            continue;
+        const struct np_probe_def *def = np_map_get_str(names, base_name(name, buf, sizeof(buf)));
+        if (!def)
+            continue;
+        uint64_t offset;
+        if (vaddr_to_offset(elf, sym.st_value, &offset) < 0)
+            continue;
+        int err = add_match(out, cap, def, sym.st_value, offset);
+        if (err)
+            return err;
+    }
+    return 0;
+}
+
+static void find_thunks(Elf *elf, struct np_elf_scan *out) {
+    size_t size;
+    const uint8_t *image = (const uint8_t *)elf_rawfile(elf, &size);
+    if (!image)
+        return;
+    for (size_t i = 0; i < out->count; i++) {
+        struct np_elf_match *m = &out->matches[i];
+        uint64_t target;
+        if (m->def->role != NP_ROLE_LAUNCH || m->file_offset >= size)
+            continue;
+        if (!np_decode_thunk(image + m->file_offset, size - m->file_offset, m->vaddr, &target))
+            continue;
+        for (size_t j = 0; j < out->count; j++)
+            if (j != i && out->matches[j].vaddr == target &&
+                out->matches[j].def->role == NP_ROLE_LAUNCH)
+                m->thunk_target = (int)j;
+    }
+}
+
+static void read_build_id(Elf *elf, struct np_elf_scan *out) {
+    const void *id;
+    ssize_t len = dwelf_elf_gnu_build_id(elf, &id);
+    out->build_id[0] = '\0';
+    if (len <= 0)
+        return;
+    if (len > 20)
+        len = 20;
+    for (ssize_t i = 0; i < len; i++)
+        snprintf(out->build_id + 2 * i, 3, "%02x", ((const uint8_t *)id)[i]);
+}
+
+int np_elf_scan_fd(int fd, struct np_elf_scan *out) {
+    size_t cap = 0;
+    int err = 0;
+
+    memset(out, 0, sizeof(*out));
+    elf_version(EV_CURRENT);
+    Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+    if (!elf)
+        return -EINVAL;
+    GElf_Ehdr eh;
+    if (elf_kind(elf) != ELF_K_ELF || !gelf_getehdr(elf, &eh) || eh.e_machine != EM_X86_64 ||
+        gelf_getclass(elf) != ELFCLASS64)
+        goto done; /* not ours to probe */
+
+    read_build_id(elf, out);
+    for (Elf_Scn *scn = NULL; (scn = elf_nextscn(elf, scn)) != NULL;) {
+        GElf_Shdr sh;
+        if (!gelf_getshdr(scn, &sh))
+            continue;
+        if (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM)
+            continue;
+        err = scan_symtab(elf, scn, &sh, out, &cap);
+        if (err)
+            goto done;
+    }
+    find_thunks(elf, out);
+done:
+    elf_end(elf);
+    if (err)
+        np_elf_scan_free(out);
+    return err;
+}
+
+void np_elf_scan_free(struct np_elf_scan *scan) {
+    free(scan->matches);
+    scan->matches = NULL;
+    scan->count = 0;
+}

@@ -1,0 +1,37 @@
+/* elfscan.h - finds the probe points inside one ELF file: every symbol of
+ * the probe table, from .dynsym and .symtab (local C++ symbols too), as a
+ * file offset ready for a uprobe. Also spots thunks - entry points that
+ * only tail-jump into another probed function (CUDA 13's __cudaLaunchKernel
+ * jumps into cudaLaunchKernel) - so one launch is not counted twice. */
+#ifndef NP_ELFSCAN_H
+#define NP_ELFSCAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attach/probes.h"
+
+struct np_elf_match {
+    const struct np_probe_def *def;
+    uint64_t vaddr;
+    uint64_t file_offset;
+    int thunk_target; /* index of the match this one tail-jumps into, or -1 */
+};
+
+struct np_elf_scan {
+    struct np_elf_match *matches;
+    size_t count;
+    char build_id[41]; /* hex, "" when the file has none */
+};
+
+/* Scans the ELF file open on fd. An ELF that is not x86-64, or not ELF at
+ * all, yields zero matches and returns 0. */
+int np_elf_scan_fd(int fd, struct np_elf_scan *out);
+void np_elf_scan_free(struct np_elf_scan *scan);
+
+/* Decodes the entry of a function: returns 1 and the jump target's vaddr if
+ * the code is only an optional endbr64 / push rbp; mov rbp,rsp; pop rbp
+ * prologue followed by a jmp; 0 otherwise. Exposed for unit tests. */
+int np_decode_thunk(const uint8_t *code, size_t len, uint64_t vaddr, uint64_t *target);
+
+#endif

@@ -1,0 +1,56 @@
+/* probes.h - the table of functions ncclprobe probes: their symbol names,
+ * what each probe does in BPF (its role) and how its arguments are laid
+ * out, so that user space can decode the raw registers an event carries.
+ * Adding an entry point means adding one row to probes.c. */
+#ifndef NP_PROBES_H
+#define NP_PROBES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ncclprobe/events.h"
+
+enum np_probe_family {
+    NP_FAMILY_RUNTIME, /* libcudart (shared or static) */
+    NP_FAMILY_DRIVER,  /* libcuda */
+    NP_FAMILY_NCCL,    /* libnccl */
+    NP_FAMILY_LOADER,  /* the dynamic loader (ld.so) */
+};
+
+/* How the arguments of a probed function are passed (SysV x86-64). */
+enum np_arg_layout {
+    NP_LAYOUT_NONE,
+    NP_LAYOUT_RT_LAUNCH,        /* (func, dim3 grid, dim3 block, args, shmem@s0, stream@s1) */
+    NP_LAYOUT_RT_LAUNCH_HANDLE, /* same, but the first argument is a cudaKernel_t */
+    NP_LAYOUT_RT_LAUNCH_EXC,    /* (const cudaLaunchConfig_t *cfg, func, args) */
+    NP_LAYOUT_GRAPH,            /* (graphExec, stream) */
+    NP_LAYOUT_DRV_LAUNCH,       /* (f, gx, gy, gz, bx, by, bz@s0, shmem@s1, stream@s2, ...) */
+    NP_LAYOUT_DRV_LAUNCH_EX,    /* (const CUlaunchConfig *cfg, f, params, extra) */
+    NP_LAYOUT_NCCL_LAUNCH,      /* ncclLaunchKernel(comm, plan) */
+    NP_LAYOUT_NCCL_REDUCE_OP,   /* (send, recv, count, dtype, op, comm, stream@s0) */
+    NP_LAYOUT_NCCL_REDUCE_ROOT, /* ncclReduce(send, recv, count, dtype, op, root, comm@s0,
+                                   stream@s1) */
+    NP_LAYOUT_NCCL_ROOT,        /* ncclBroadcast(send, recv, count, dtype, root, comm, stream@s0) */
+    NP_LAYOUT_NCCL_PLAIN,       /* AllGather/AlltoAll(send, recv, count, dtype, comm, stream) */
+    NP_LAYOUT_NCCL_P2P,         /* Send/Recv(buff, count, dtype, peer, comm, stream) */
+    NP_LAYOUT_NCCL_GROUP,       /* GroupStart/GroupEnd() */
+    NP_LAYOUT_HANDLE,           /* a handle producer; see out_arg/src_arg */
+};
+
+struct np_probe_def {
+    const char *symbol; /* exact ELF symbol name (mangled for C++) */
+    const char *api;    /* what outputs call it: "cudaLaunchKernel", "AllReduce" */
+    enum np_probe_family family;
+    enum np_probe_role role; /* NP_ROLE_LAUNCH, _API, _HANDLE_ENTRY or _LOADER */
+    enum np_arg_layout layout;
+    int deref_arg; /* argument whose pointee BPF copies, -1 for none */
+    int deref_len;
+    int out_arg, src_arg; /* handle producers */
+    enum np_handle_source src_kind;
+};
+
+const struct np_probe_def *np_probe_defs(size_t *count);
+const struct np_probe_def *np_probe_def_by_symbol(const char *symbol);
+bool np_probe_is_graph(const struct np_probe_def *def);
+
+#endif

@@ -1,0 +1,45 @@
+/* target.h - one traced process: its identity, the libraries we probe in
+ * it, and the per-process state of the later stages (symbolizer, kernel
+ * names, counters). Created by the record session, fed by every stage. */
+#ifndef NP_TARGET_H
+#define NP_TARGET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "attach/attach.h"
+#include "lib/hashmap.h"
+#include "ncclprobe/events.h"
+
+struct np_symbolizer;
+struct np_kernel_names;
+
+struct np_target {
+    pid_t pid;
+    char comm[NP_COMM_LEN];
+    char *exe;
+    int pidfd;     /* readable once the process exits; -1 if unavailable */
+    bool attached; /* initial attach done: later libraries are "late" */
+    bool exited;
+    struct np_library *libs;
+    size_t nlibs, libs_cap;
+    struct np_map seen_files; /* "dev:inode" of every executable file looked at */
+    struct np_symbolizer *sym;
+    struct np_kernel_names *kernels;
+    uint64_t launches, nested, nccl_ops;
+};
+
+/* Reads comm and exe of a live pid; -ESRCH if it does not exist. */
+int np_target_new(pid_t pid, struct np_target **out);
+void np_target_free(struct np_target *t);
+/* Re-reads comm and exe (they change when the process execs). */
+void np_target_refresh_identity(struct np_target *t);
+/* Total probes attached in this process. */
+int np_target_probe_count(const struct np_target *t);
+
+struct np_library *np_target_add_library(struct np_target *t, const char *path);
+bool np_target_saw_file(const struct np_target *t, uint64_t dev, uint64_t inode);
+int np_target_mark_file(struct np_target *t, uint64_t dev, uint64_t inode);
+
+#endif

@@ -1,0 +1,182 @@
+/* child.c - held child for `-- CMD` (see child.h). */
+#define _GNU_SOURCE
+#include "cli/child.h"
+
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "lib/util.h"
+
+static char *resolve_in_path(const char *cmd) {
+    if (strchr(cmd, '/'))
+        return realpath(cmd, NULL);
+    const char *path = getenv("PATH");
+    if (!path)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    char *copy = strdup(path), *save = NULL;
+    if (!copy)
+        return NULL;
+    for (char *dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+        char full[4096];
+        snprintf(full, sizeof(full), "%s/%s", dir, cmd);
+        if (access(full, X_OK) == 0) {
+            free(copy);
+            return realpath(full, NULL);
+        }
+    }
+    free(copy);
+    return NULL;
+}
+
+int np_child_spawn(char *const argv[], struct np_child *out) {
+    int fds[2];
+
+    memset(out, 0, sizeof(*out));
+    out->path = resolve_in_path(argv[0]);
+    if (!out->path) {
+        np_err("command not found: %s", argv[0]);
+        return -ENOENT;
+    }
+    if (pipe2(fds, O_CLOEXEC) < 0)
+        return -errno;
+    pid_t pid = fork();
+    if (pid < 0) {
+        int err = -errno;
+        close(fds[0]);
+        close(fds[1]);
+        return err;
+    }
+    if (pid == 0) {
+        char go;
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        close(fds[1]);
+        if (read(fds[0], &go, 1) != 1)
+            _exit(127); /* ncclprobe gave up: never run untraced */
+        execv(out->path, argv);
+        fprintf(stderr, "ncclprobe: cannot run %s: %s\n", out->path, strerror(errno));
+        _exit(127);
+    }
+    close(fds[0]);
+    out->pid = pid;
+    out->release_fd = fds[1];
+    return 0;
+}
+
+int np_child_release(struct np_child *c) {
+    int err = write(c->release_fd, "g", 1) == 1 ? 0 : -errno;
+    close(c->release_fd);
+    c->release_fd = -1;
+    return err;
+}
+
+void np_child_abort(struct np_child *c) {
+    if (c->release_fd >= 0)
+        close(c->release_fd); /* the child sees EOF and exits */
+    c->release_fd = -1;
+    if (c->pid > 0)
+        waitpid(c->pid, NULL, 0);
+}
+
+void np_child_free(struct np_child *c) {
+    free(c->path);
+    c->path = NULL;
+}
+
+static int is_dynamic_elf(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    elf_version(EV_CURRENT);
+    Elf *elf = elf_begin(fd, ELF_C_READ, NULL);
+    int dynamic = 0;
+    size_t n = 0;
+    if (elf && elf_kind(elf) == ELF_K_ELF && elf_getphdrnum(elf, &n) == 0) {
+        for (size_t i = 0; i < n; i++) {
+            GElf_Phdr ph;
+            if (gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_INTERP)
+                dynamic = 1;
+        }
+    }
+    elf_end(elf);
+    close(fd);
+    return dynamic;
+}
+
+void np_free_string_list(char **list, int n) {
+    for (int i = 0; i < n; i++)
+        free(list[i]);
+    free(list);
+}
+
+/* Lines look like "\tlibfoo.so.1 => /usr/lib/libfoo.so.1 (0x...)" or
+ * "\t/lib64/ld-linux-x86-64.so.2 (0x...)". */
+static char *path_of_line(const char *line) {
+    const char *arrow = strstr(line, "=> ");
+    const char *p = arrow ? arrow + 3 : line;
+    while (*p == '\t' || *p == ' ')
+        p++;
+    if (*p != '/')
+        return NULL;
+    size_t n = strcspn(p, " (\n");
+    return strndup(p, n);
+}
+
+int np_child_needed_libraries(const char *path, char ***out) {
+    *out = NULL;
+    if (!is_dynamic_elf(path))
+        return 0;
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) < 0)
+        return -errno;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return -errno;
+    }
+    if (pid == 0) {
+        dup2(fds[1], STDOUT_FILENO);
+        int devnull = open("/dev/null", O_RDWR);
+        if (devnull >= 0)
+            dup2(devnull, STDIN_FILENO);
+        setenv("LD_TRACE_LOADED_OBJECTS", "1", 1);
+        execl(path, path, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    FILE *f = fdopen(fds[0], "r");
+    char **list = NULL;
+    int n = 0;
+    char line[4096];
+    while (f && fgets(line, sizeof(line), f)) {
+        char *lib = path_of_line(line);
+        if (!lib)
+            continue;
+        char **bigger = realloc(list, (size_t)(n + 1) * sizeof(*list));
+        if (!bigger) {
+            free(lib);
+            break;
+        }
+        list = bigger;
+        list[n++] = lib;
+    }
+    if (f)
+        fclose(f);
+    else
+        close(fds[0]);
+    waitpid(pid, NULL, 0);
+    *out = list;
+    return n;
+}

@@ -1,0 +1,36 @@
+/* main.c - ncclprobe's entry point: dispatches to the subcommands. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/record.h"
+
+#define NCCLPROBE_VERSION "0.1.0"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: ncclprobe record [options] (--pid PID[,PID...] | -- CMD [ARGS...])\n"
+               "       ncclprobe --pid PID [options]\n"
+               "       ncclprobe --version\n"
+               "Run 'ncclprobe record --help' for the options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "record") == 0)
+        return np_cmd_record(argc - 1, argv + 1);
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("ncclprobe %s\n", NCCLPROBE_VERSION);
+        return 0;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (argv[1][0] == '-') /* "ncclprobe --pid PID" is "ncclprobe record --pid PID" */
+        return np_cmd_record(argc, argv);
+    fprintf(stderr, "ncclprobe: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,62 @@
+/* preflight.c - privilege and kernel-feature checks (see preflight.h). */
+#define _GNU_SOURCE
+#include "cli/preflight.h"
+
+#include <errno.h>
+#include <linux/capability.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "lib/util.h"
+
+#ifndef CAP_PERFMON
+#define CAP_PERFMON 38
+#endif
+#ifndef CAP_BPF
+#define CAP_BPF 39
+#endif
+
+static const char *sysfs_root(void) {
+    const char *root = getenv("NCCLPROBE_SYSFS");
+    return root && *root ? root : "/sys";
+}
+
+const char *np_btf_path(char *buf, size_t size) {
+    snprintf(buf, size, "%s/kernel/btf/vmlinux", sysfs_root());
+    return buf;
+}
+
+static int has_effective_cap(int cap) {
+    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct data[2] = {{0}};
+    if (syscall(SYS_capget, &hdr, data) < 0)
+        return 0;
+    return (data[cap / 32].effective >> (cap % 32)) & 1;
+}
+
+int np_preflight(void) {
+    char path[4096];
+
+    if (geteuid() != 0 && !(has_effective_cap(CAP_BPF) && has_effective_cap(CAP_PERFMON))) {
+        np_err("permission denied: ncclprobe needs root, or the CAP_BPF and CAP_PERFMON "
+               "capabilities (and CAP_SYS_PTRACE to trace other users' processes); "
+               "try: sudo ncclprobe ...");
+        return -EPERM;
+    }
+    if (access(np_btf_path(path, sizeof(path)), R_OK) != 0) {
+        np_err("this kernel exposes no BTF type information (%s is missing): ncclprobe needs "
+               "a kernel built with CONFIG_DEBUG_INFO_BTF=y (Linux 5.8 or newer)",
+               path);
+        return -ENOENT;
+    }
+    snprintf(path, sizeof(path), "%s/bus/event_source/devices/uprobe/type", sysfs_root());
+    if (access(path, R_OK) != 0) {
+        np_err("this kernel has no uprobe support (%s is missing): ncclprobe needs "
+               "CONFIG_UPROBE_EVENTS=y",
+               path);
+        return -EOPNOTSUPP;
+    }
+    return 0;
+}

@@ -1,0 +1,584 @@
+/* record.c - the record session: options, BPF setup, targets, the event
+ * loop and the final flush. Everything a recording owns hangs off struct
+ * session and is released in session_destroy on every path. */
+#define _GNU_SOURCE
+#include "cli/record.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "attach/attach.h"
+#include "attach/target.h"
+#include "cli/child.h"
+#include "cli/preflight.h"
+#include "correlate/kernels.h"
+#include "ingest/ingest.h"
+#include "lib/util.h"
+#include "ncclprobe.skel.h"
+#include "symbolize/symbolize.h"
+#include "writers/output.h"
+#include "writers/summary.h"
+
+#define EXIT_USAGE 2
+#define POLL_MS 100
+
+static bool verbose;
+
+struct options {
+    pid_t *pids;
+    size_t npids;
+    char *output_dir;
+    double duration_s; /* 0: until stopped */
+    bool no_wait;
+    long ring_mb;
+    long wakeup_kb;
+    char **command; /* argv after "--", NULL-terminated */
+};
+
+struct session {
+    struct options opt;
+    struct ncclprobe_bpf *skel;
+    struct ring_buffer *rb;
+    struct np_attacher attacher;
+    struct np_target **targets;
+    size_t ntargets;
+    struct np_output *out;
+    struct np_ingest ingest;
+    struct np_child child;
+    bool have_child;
+    int child_status;
+    int epfd, sigfd;
+    uint64_t start_ns, start_realtime_ns;
+    const char *stop_reason;
+};
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ncclprobe record [options] --pid PID[,PID...]\n"
+            "       ncclprobe record [options] -- CMD [ARGS...]\n"
+            "       ncclprobe --pid PID            (same as record --pid)\n"
+            "\n"
+            "Records every CUDA kernel launch and NCCL call of the targets with its call\n"
+            "stack, without restarting them.\n"
+            "\n"
+            "options:\n"
+            "  -p, --pid PID[,PID...]   attach to running processes (all their threads)\n"
+            "  -o, --output DIR         recording directory (default ncclprobe-YYYYmmdd-HHMMSS)\n"
+            "  -d, --duration SEC       stop after SEC seconds (default: Ctrl-C, SIGTERM or\n"
+            "                           when every target has exited)\n"
+            "      --no-wait            fail instead of waiting when a target has no CUDA or\n"
+            "                           NCCL library loaded yet\n"
+            "      --ring-buffer-mb N   BPF ring buffer size, a power of two (default 16)\n"
+            "      --wakeup-kb N        wake the reader once N KiB are queued (default 256)\n"
+            "  -v, --verbose            more diagnostics\n"
+            "  -h, --help               this text\n");
+}
+
+static int parse_pids(const char *text, struct options *opt) {
+    char *copy = strdup(text), *save = NULL;
+    if (!copy)
+        return -ENOMEM;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        long pid;
+        if (np_parse_long(tok, 1, 0x3fffffff, &pid) < 0) {
+            np_err("invalid pid '%s': expected a positive number", tok);
+            free(copy);
+            return -EINVAL;
+        }
+        pid_t *pids = realloc(opt->pids, (opt->npids + 1) * sizeof(*pids));
+        if (!pids) {
+            free(copy);
+            return -ENOMEM;
+        }
+        opt->pids = pids;
+        opt->pids[opt->npids++] = (pid_t)pid;
+    }
+    free(copy);
+    return 0;
+}
+
+static int parse_options(int argc, char **argv, struct options *opt) {
+    enum { OPT_NO_WAIT = 256, OPT_RING_MB, OPT_WAKEUP_KB };
+    static const struct option longopts[] = {
+        {"pid", required_argument, NULL, 'p'},
+        {"output", required_argument, NULL, 'o'},
+        {"duration", required_argument, NULL, 'd'},
+        {"no-wait", no_argument, NULL, OPT_NO_WAIT},
+        {"ring-buffer-mb", required_argument, NULL, OPT_RING_MB},
+        {"wakeup-kb", required_argument, NULL, OPT_WAKEUP_KB},
+        {"verbose", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
+        {0},
+    };
+    int c;
+
+    opt->ring_mb = 16;
+    opt->wakeup_kb = 256;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "+p:o:d:vh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'p':
+            if (parse_pids(optarg, opt) < 0)
+                return -EINVAL;
+            break;
+        case 'o':
+            free(opt->output_dir);
+            opt->output_dir = strdup(optarg);
+            break;
+        case 'd':
+            if (np_parse_seconds(optarg, &opt->duration_s) < 0 || opt->duration_s <= 0) {
+                np_err("invalid --duration '%s': expected a positive number of seconds", optarg);
+                return -EINVAL;
+            }
+            break;
+        case OPT_NO_WAIT:
+            opt->no_wait = true;
+            break;
+        case OPT_RING_MB:
+            if (np_parse_long(optarg, 1, 1024, &opt->ring_mb) < 0 ||
+                (opt->ring_mb & (opt->ring_mb - 1))) {
+                np_err("invalid --ring-buffer-mb '%s': expected a power of two, 1-1024", optarg);
+                return -EINVAL;
+            }
+            break;
+        case OPT_WAKEUP_KB:
+            if (np_parse_long(optarg, 0, 1 << 20, &opt->wakeup_kb) < 0) {
+                np_err("invalid --wakeup-kb '%s'", optarg);
+                return -EINVAL;
+            }
+            break;
+        case 'v':
+            np_log_set_level(NP_LOG_DEBUG);
+            verbose = true;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        default:
+            usage(stderr);
+            return -EINVAL;
+        }
+    }
+    if (optind < argc)
+        opt->command = &argv[optind];
+    if (!opt->npids && !opt->command) {
+        np_err("nothing to record: give --pid PID or -- CMD");
+        usage(stderr);
+        return -EINVAL;
+    }
+    if (opt->npids && opt->command) {
+        np_err("give either --pid or -- CMD, not both");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static char *default_output_dir(void) {
+    char name[64];
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(name, sizeof(name), "ncclprobe-%Y%m%d-%H%M%S", &tm);
+    struct stat st;
+    for (int i = 2; stat(name, &st) == 0 && i < 1000; i++) {
+        size_t base = strlen("ncclprobe-YYYYmmdd-HHMMSS");
+        snprintf(name + base, sizeof(name) - base, "-%d", i);
+    }
+    return strdup(name);
+}
+
+/* ---- targets ---------------------------------------------------------- */
+
+static struct np_target *find_target(void *ctx, pid_t pid) {
+    struct session *s = ctx;
+    for (size_t i = 0; i < s->ntargets; i++)
+        if (s->targets[i]->pid == pid)
+            return s->targets[i];
+    return NULL;
+}
+
+static int add_epoll_fd(int epfd, int fd, uint64_t tag) {
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = tag};
+    return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+}
+
+/* epoll tags: 0 ring buffer, 1 signals, 2+i target i exited */
+enum { TAG_RING = 0, TAG_SIGNAL = 1, TAG_TARGET = 2 };
+
+static int add_target(struct session *s, pid_t pid, struct np_target **out) {
+    struct np_target *t = NULL;
+    int err = np_target_new(pid, &t);
+    if (err)
+        return err;
+    struct np_target **targets = realloc(s->targets, (s->ntargets + 1) * sizeof(*targets));
+    if (!targets) {
+        np_target_free(t);
+        return -ENOMEM;
+    }
+    s->targets = targets;
+    s->targets[s->ntargets++] = t;
+    t->kernels = np_kernel_names_new();
+    if (!t->kernels)
+        return -ENOMEM;
+    if (t->pidfd >= 0) {
+        err = add_epoll_fd(s->epfd, t->pidfd, TAG_TARGET + s->ntargets - 1);
+        if (err)
+            return err;
+    }
+    *out = t;
+    return 0;
+}
+
+static int ensure_symbolizer(struct np_target *t) {
+    if (t->sym)
+        return np_symbolizer_refresh(t->sym);
+    return np_symbolizer_new(t->pid, &t->sym);
+}
+
+/* A target mapped new code: refresh its symbols and probe what is new. */
+static void on_new_mapping(void *ctx, struct np_target *t, uint64_t ts_ns) {
+    struct session *s = ctx;
+    if (t->exited)
+        return;
+    np_target_refresh_identity(t); /* a -- CMD child has exec'd since we forked it */
+    ensure_symbolizer(t);
+    int n = np_attach_from_maps(&s->attacher, t, ts_ns);
+    if (n > 0)
+        np_info("pid %d (%s): %d more probes attached after a library was loaded", t->pid, t->comm,
+                n);
+    else if (n < 0 && n != -ESRCH)
+        np_warn("pid %d: cannot attach to new libraries: %s", t->pid, strerror(-n));
+}
+
+static int attach_pid(struct session *s, pid_t pid) {
+    struct np_target *t;
+    if (pid == getpid()) {
+        np_err("cannot record ncclprobe itself (pid %d)", pid);
+        return -EINVAL;
+    }
+    int err = add_target(s, pid, &t);
+    if (err == -ESRCH) {
+        np_err("no such process: %d", pid);
+        return err;
+    }
+    if (!err)
+        err = ensure_symbolizer(t);
+    if (err) {
+        np_err("cannot read process %d: %s", pid, strerror(-err));
+        return err;
+    }
+    int n = np_attach_from_maps(&s->attacher, t, 0);
+    if (n < 0) {
+        np_err("cannot attach to process %d: %s", pid, strerror(-n));
+        return n;
+    }
+    t->attached = true;
+    if (np_target_probe_count(t) == 0) {
+        if (s->opt.no_wait) {
+            np_err("process %d (%s) has no CUDA or NCCL library loaded", pid, t->comm);
+            return -ENOENT;
+        }
+        np_info("process %d (%s) has no CUDA or NCCL library loaded yet; waiting for one "
+                "(--no-wait to fail instead)",
+                pid, t->comm);
+        return 0;
+    }
+    np_info("recording process %d (%s): %d probes in %zu libraries", pid, t->comm,
+            np_target_probe_count(t), t->nlibs);
+    return 0;
+}
+
+static int start_command(struct session *s) {
+    int err = np_child_spawn(s->opt.command, &s->child);
+    if (err)
+        return err;
+    s->have_child = true;
+    struct np_target *t;
+    err = add_target(s, s->child.pid, &t);
+    if (err)
+        return err;
+    /* Probe the executable and every library the loader will map before
+     * the program runs: its first launch is captured. */
+    err = np_attach_file(&s->attacher, t, s->child.path);
+    char **libs = NULL;
+    int n = np_child_needed_libraries(s->child.path, &libs);
+    for (int i = 0; !err && i < n; i++) {
+        int r = np_attach_file(&s->attacher, t, libs[i]);
+        if (r < 0)
+            np_debug("cannot pre-attach %s: %s", libs[i], strerror(-r));
+    }
+    np_free_string_list(libs, n > 0 ? n : 0);
+    if (err < 0) {
+        np_err("cannot attach to %s: %s", s->child.path, strerror(-err));
+        return err;
+    }
+    t->attached = true;
+    err = np_child_release(&s->child);
+    if (err)
+        return err;
+    np_info("started %s (pid %d): %d probes attached before exec", s->child.path, s->child.pid,
+            np_target_probe_count(t));
+    return 0;
+}
+
+/* ---- BPF -------------------------------------------------------------- */
+
+/* libbpf's warnings (a whole verifier log on a load failure) only with -v:
+ * our own error line says what failed. */
+static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list ap) {
+    if (level == LIBBPF_DEBUG || !verbose)
+        return 0;
+    return vfprintf(stderr, fmt, ap);
+}
+
+static int setup_bpf(struct session *s) {
+    char btf[4096];
+    LIBBPF_OPTS(bpf_object_open_opts, open_opts);
+    if (strcmp(np_btf_path(btf, sizeof(btf)), "/sys/kernel/btf/vmlinux") != 0)
+        open_opts.btf_custom_path = btf;
+
+    libbpf_set_print(libbpf_print);
+    s->skel = ncclprobe_bpf__open_opts(&open_opts);
+    if (!s->skel) {
+        np_err("cannot open the BPF object: %s", strerror(errno));
+        return -errno;
+    }
+    s->skel->rodata->wakeup_bytes = (__u64)s->opt.wakeup_kb * 1024;
+    bpf_map__set_max_entries(s->skel->maps.events, (__u32)(s->opt.ring_mb << 20));
+    int err = ncclprobe_bpf__load(s->skel);
+    if (err) {
+        np_err("cannot load the BPF programs: %s (is this kernel 5.15 or newer, with BPF "
+               "ring buffers and uprobe cookies?)",
+               strerror(-err));
+        return err;
+    }
+    s->rb = ring_buffer__new(bpf_map__fd(s->skel->maps.events), np_ingest_record, &s->ingest, NULL);
+    if (!s->rb)
+        return -errno;
+    np_attacher_init(&s->attacher, s->skel);
+    return add_epoll_fd(s->epfd, ring_buffer__epoll_fd(s->rb), TAG_RING);
+}
+
+static int sum_percpu(int map_fd, __u32 key, int ncpus, uint64_t *out) {
+    uint64_t vals[ncpus];
+    if (bpf_map_lookup_elem(map_fd, &key, vals) < 0)
+        return -errno;
+    uint64_t sum = 0;
+    for (int i = 0; i < ncpus; i++)
+        sum += vals[i];
+    *out = sum;
+    return 0;
+}
+
+/* ---- the loop ----------------------------------------------------------- */
+
+static bool all_targets_gone(struct session *s) {
+    for (size_t i = 0; i < s->ntargets; i++)
+        if (!s->targets[i]->exited)
+            return false;
+    return s->ntargets > 0;
+}
+
+static void on_target_exit(struct session *s, size_t index) {
+    struct np_target *t = s->targets[index];
+    if (t->exited)
+        return;
+    t->exited = true;
+    epoll_ctl(s->epfd, EPOLL_CTL_DEL, t->pidfd, NULL);
+    if (s->have_child && t->pid == s->child.pid)
+        waitpid(t->pid, &s->child_status, 0);
+    np_debug("process %d (%s) exited", t->pid, t->comm);
+}
+
+static int run_loop(struct session *s) {
+    uint64_t deadline =
+        s->opt.duration_s > 0 ? s->start_ns + (uint64_t)(s->opt.duration_s * 1e9) : UINT64_MAX;
+    struct epoll_event evs[16];
+
+    for (;;) {
+        int timeout = POLL_MS;
+        uint64_t now = np_monotonic_ns();
+        if (deadline != UINT64_MAX) {
+            if (now >= deadline) {
+                s->stop_reason = "duration";
+                return 0;
+            }
+            if (deadline - now < (uint64_t)POLL_MS * 1000000)
+                timeout = (int)((deadline - now) / 1000000) + 1;
+        }
+        int n = epoll_wait(s->epfd, evs, 16, timeout);
+        if (n < 0 && errno != EINTR)
+            return -errno;
+        /* Drain first: records of a process that just exited are still queued. */
+        int err = ring_buffer__consume(s->rb);
+        if (err < 0 && err != -EINTR)
+            np_warn("reading the ring buffer: %s", strerror(-err));
+        for (int i = 0; i < n; i++) {
+            uint64_t tag = evs[i].data.u64;
+            if (tag == TAG_SIGNAL) {
+                struct signalfd_siginfo si;
+                if (read(s->sigfd, &si, sizeof(si)) == sizeof(si)) {
+                    s->stop_reason = si.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM";
+                    return 0;
+                }
+            } else if (tag >= TAG_TARGET && tag - TAG_TARGET < s->ntargets) {
+                on_target_exit(s, (size_t)(tag - TAG_TARGET));
+            }
+        }
+        if (all_targets_gone(s)) {
+            s->stop_reason = "targets exited";
+            return 0;
+        }
+    }
+}
+
+/* ---- results -------------------------------------------------------------- */
+
+static int write_summary(struct session *s) {
+    int ncpus = libbpf_num_possible_cpus();
+    size_t nprobes = s->attacher.nsites + 1;
+    uint64_t *hits = calloc(nprobes, sizeof(*hits));
+    uint64_t *drops = calloc(nprobes, sizeof(*drops));
+    uint64_t counters[NP_CNT_MAX] = {0};
+    int err = (!hits || !drops || ncpus <= 0) ? -ENOMEM : 0;
+
+    for (size_t id = 1; !err && id < nprobes; id++) {
+        sum_percpu(bpf_map__fd(s->skel->maps.probe_hits), (__u32)id, ncpus, &hits[id]);
+        sum_percpu(bpf_map__fd(s->skel->maps.probe_drops), (__u32)id, ncpus, &drops[id]);
+    }
+    for (__u32 c = 0; !err && c < NP_CNT_MAX; c++)
+        sum_percpu(bpf_map__fd(s->skel->maps.counters), c, ncpus, &counters[c]);
+
+    if (!err) {
+        struct np_summary sum = {
+            .stop_reason = s->stop_reason ? s->stop_reason : "error",
+            .start_realtime_ns = s->start_realtime_ns,
+            .duration_s = (double)(np_monotonic_ns() - s->start_ns) / 1e9,
+            .targets = s->targets,
+            .ntargets = s->ntargets,
+            .attacher = &s->attacher,
+            .probe_hits = hits,
+            .probe_drops = drops,
+            .nprobes = nprobes,
+            .counters = counters,
+            .ingest = &s->ingest.stats,
+            .out = s->out,
+        };
+        char path[4200];
+        snprintf(path, sizeof(path), "%s/summary.json", np_output_dir(s->out));
+        err = np_summary_write(path, &sum);
+        const struct np_output_totals *ot = np_output_totals(s->out);
+        np_info("%llu launches and %llu NCCL calls recorded, %llu events dropped, in %s",
+                (unsigned long long)ot->launches, (unsigned long long)ot->nccl_ops,
+                (unsigned long long)counters[NP_CNT_LAUNCH_DROPPED], np_output_dir(s->out));
+        if (counters[NP_CNT_LAUNCH_DROPPED])
+            np_warn("the ring buffer overflowed: raise --ring-buffer-mb or lower --wakeup-kb");
+    }
+    free(hits);
+    free(drops);
+    return err;
+}
+
+static void session_destroy(struct session *s) {
+    if (s->have_child && s->child.release_fd >= 0)
+        np_child_abort(&s->child);
+    np_child_free(&s->child);
+    if (s->skel)
+        np_attacher_destroy(&s->attacher);
+    ring_buffer__free(s->rb);
+    ncclprobe_bpf__destroy(s->skel);
+    for (size_t i = 0; i < s->ntargets; i++)
+        np_target_free(s->targets[i]);
+    free(s->targets);
+    np_ingest_free(&s->ingest);
+    if (s->epfd >= 0)
+        close(s->epfd);
+    if (s->sigfd >= 0)
+        close(s->sigfd);
+    free(s->opt.pids);
+    free(s->opt.output_dir);
+}
+
+static int setup_signals(struct session *s) {
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    s->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (s->sigfd < 0)
+        return -errno;
+    return add_epoll_fd(s->epfd, s->sigfd, TAG_SIGNAL);
+}
+
+int np_cmd_record(int argc, char **argv) {
+    struct session s = {.epfd = -1, .sigfd = -1, .child = {.release_fd = -1}};
+    int err = parse_options(argc, argv, &s.opt);
+    if (err) {
+        session_destroy(&s);
+        return EXIT_USAGE;
+    }
+    err = np_preflight();
+    if (err)
+        goto out;
+    if (!s.opt.output_dir)
+        s.opt.output_dir = default_output_dir();
+    err = s.opt.output_dir ? np_output_open(s.opt.output_dir, &s.out) : -ENOMEM;
+    if (err) {
+        np_err("cannot write the output directory %s: %s", s.opt.output_dir ? s.opt.output_dir : "",
+               strerror(-err));
+        goto out;
+    }
+    s.epfd = epoll_create1(EPOLL_CLOEXEC);
+    err = s.epfd < 0 ? -errno : setup_signals(&s);
+    if (!err)
+        err = setup_bpf(&s);
+    if (err)
+        goto out;
+    s.ingest = (struct np_ingest){
+        .attacher = &s.attacher,
+        .out = s.out,
+        .find_target = find_target,
+        .on_new_mapping = on_new_mapping,
+        .ctx = &s,
+    };
+    s.start_ns = np_monotonic_ns();
+    s.start_realtime_ns = np_realtime_ns();
+    for (size_t i = 0; !err && i < s.opt.npids; i++)
+        err = attach_pid(&s, s.opt.pids[i]);
+    if (!err && s.opt.command)
+        err = start_command(&s);
+    if (!err)
+        err = run_loop(&s);
+    ring_buffer__consume(s.rb);
+
+out:
+    if (s.out) {
+        if (s.skel && s.rb) {
+            int serr = write_summary(&s);
+            if (serr)
+                np_err("cannot write summary.json: %s", strerror(-serr));
+        }
+        int cerr = np_output_close(s.out);
+        if (cerr && !err) {
+            np_err("writing the outputs failed: %s", strerror(-cerr));
+            err = cerr;
+        }
+    }
+    if (s.have_child && WIFEXITED(s.child_status) && WEXITSTATUS(s.child_status))
+        np_info("%s exited with status %d", s.opt.command[0], WEXITSTATUS(s.child_status));
+    session_destroy(&s);
+    return err ? 1 : 0;
+}

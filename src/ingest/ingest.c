@@ -1,0 +1,215 @@
+/* ingest.c - record validation and routing (see ingest.h). */
+#define _GNU_SOURCE
+#include "ingest/ingest.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attach/attach.h"
+#include "attach/target.h"
+#include "correlate/kernels.h"
+#include "ingest/launch.h"
+#include "lib/util.h"
+#include "ncclprobe/events.h"
+#include "symbolize/symbolize.h"
+#include "writers/output.h"
+
+void np_ingest_free(struct np_ingest *in) {
+    free(in->stats.per_probe);
+    in->stats.per_probe = NULL;
+    in->stats.per_probe_len = 0;
+}
+
+static void count_probe(struct np_ingest *in, uint32_t id) {
+    if (id >= in->stats.per_probe_len) {
+        size_t len = in->stats.per_probe_len ? in->stats.per_probe_len : 64;
+        while (len <= id)
+            len *= 2;
+        uint64_t *p = realloc(in->stats.per_probe, len * sizeof(*p));
+        if (!p)
+            return;
+        memset(p + in->stats.per_probe_len, 0, (len - in->stats.per_probe_len) * sizeof(*p));
+        in->stats.per_probe = p;
+        in->stats.per_probe_len = len;
+    }
+    in->stats.per_probe[id]++;
+}
+
+/* Appends one frame, root-first order being built leaf-last by the caller. */
+static void append_frame(struct np_str *out, const char *name) {
+    if (out->len)
+        np_str_append(out, ";");
+    np_str_append(out, name);
+}
+
+void np_ingest_build_stack(struct np_target *t, const struct np_launch_event *e,
+                           const char *entry_name, struct np_str *out) {
+    uint32_t n = e->n_ips > NP_MAX_STACK ? NP_MAX_STACK : e->n_ips;
+    /* Before Linux 6.12 the chain lacks the caller at a function entry. */
+    bool insert_caller = e->ret_addr && (n < 2 || e->ips[1] != e->ret_addr);
+
+    np_str_reset(out);
+    for (uint32_t i = n; i-- > 1;)
+        if (e->ips[i])
+            append_frame(out, np_symbolize(t->sym, e->ips[i], true)->name);
+    if (insert_caller)
+        append_frame(out, np_symbolize(t->sym, e->ret_addr, true)->name);
+    if (n > 0)
+        append_frame(out, entry_name ? entry_name : np_symbolize(t->sym, e->ips[0], false)->name);
+}
+
+/* The name of the kernel a launch runs, or a bracketed placeholder. */
+static const char *kernel_name(struct np_target *t, const struct np_launch *l, char *buf,
+                               size_t size) {
+    const char *name = NULL;
+
+    switch (l->def->layout) {
+    case NP_LAYOUT_RT_LAUNCH:
+    case NP_LAYOUT_RT_LAUNCH_EXC:
+        /* cudaLaunchKernel also accepts a cudaKernel_t since CUDA 12 */
+        name = np_kernel_names_lookup(t->kernels, l->func);
+        if (!name)
+            name = np_kernel_name_from_stub(t->kernels, t->sym, l->func);
+        break;
+    case NP_LAYOUT_RT_LAUNCH_HANDLE:
+    case NP_LAYOUT_DRV_LAUNCH:
+    case NP_LAYOUT_DRV_LAUNCH_EX:
+        name = np_kernel_names_lookup(t->kernels, l->func);
+        break;
+    case NP_LAYOUT_GRAPH:
+        snprintf(buf, size, "<graph %s>", l->def->api);
+        return buf;
+    case NP_LAYOUT_NCCL_LAUNCH:
+        return "<nccl kernel>";
+    default:
+        break;
+    }
+    if (name)
+        return name;
+    snprintf(buf, size, "<unnamed 0x%" PRIx64 ">", l->func);
+    return buf;
+}
+
+/* nvcc's launch stub is named __device_stub__<mangled kernel>: when the
+ * handle's origin was not seen, the stack still names the kernel. */
+static const char *kernel_from_stub_frame(const char *stack, char *buf, size_t size) {
+    static const char marker[] = "__device_stub__";
+    const char *p = strstr(stack, marker);
+    if (!p)
+        return NULL;
+    p += sizeof(marker) - 1;
+    size_t n = strcspn(p, ";");
+    char mangled[512];
+    if (n + 2 >= sizeof(mangled))
+        return NULL;
+    /* "__device_stub__Z6kernelPf" carries the mangled name minus its '_' */
+    snprintf(mangled, sizeof(mangled), "%s%.*s", p[0] == 'Z' ? "_" : "", (int)n, p);
+    char *demangled = np_demangle_short(mangled);
+    if (!demangled)
+        return NULL;
+    snprintf(buf, size, "%s", demangled);
+    free(demangled);
+    return buf;
+}
+
+static int handle_launch(struct np_ingest *in, const struct np_launch_event *e, size_t size) {
+    if (size < NP_LAUNCH_FIXED_SIZE || e->n_ips > NP_MAX_STACK ||
+        size < NP_LAUNCH_FIXED_SIZE + (size_t)e->n_ips * sizeof(e->ips[0])) {
+        in->stats.malformed++;
+        return 0;
+    }
+    const struct np_probe_site *site = np_attacher_site(in->attacher, e->probe_id);
+    const struct np_probe_site *called = np_attacher_site(in->attacher, e->called_as);
+    struct np_target *t = in->find_target(in->ctx, (pid_t)e->hdr.pid);
+    if (t && !t->sym && in->on_new_mapping) /* first record of a process we started */
+        in->on_new_mapping(in->ctx, t, e->hdr.ts_ns);
+    if (!site || !called || !t || !t->sym) {
+        in->stats.unknown_source++;
+        return 0;
+    }
+    in->stats.launch_events++;
+    count_probe(in, e->called_as);
+
+    struct np_launch l;
+    np_launch_decode(e, called->def, &l);
+
+    struct np_str stack;
+    np_str_init(&stack);
+    /* Via a thunk, ips[0] is the thunk's target: name the function called. */
+    np_ingest_build_stack(t, e, (e->flags & NP_LF_VIA_THUNK) ? called->def->symbol : NULL, &stack);
+
+    if (l.is_nccl_op) {
+        t->nccl_ops++;
+        np_output_nccl_op(in->out, t, &l, np_str_cstr(&stack));
+    } else {
+        char buf[600], stub_buf[600];
+        const char *kernel = kernel_name(t, &l, buf, sizeof(buf));
+        if (kernel == buf && l.def->layout == NP_LAYOUT_RT_LAUNCH_HANDLE) {
+            const char *from_stack =
+                kernel_from_stub_frame(np_str_cstr(&stack), stub_buf, sizeof(stub_buf));
+            if (from_stack)
+                kernel = from_stack;
+        }
+        if (l.nested)
+            t->nested++;
+        else
+            t->launches++;
+        np_output_launch(in->out, t, &l, np_str_cstr(&stack), kernel);
+    }
+    np_str_free(&stack);
+    return 0;
+}
+
+static int handle_handle(struct np_ingest *in, const struct np_handle_event *h, size_t size) {
+    if (size < sizeof(*h)) {
+        in->stats.malformed++;
+        return 0;
+    }
+    const struct np_probe_site *site = np_attacher_site(in->attacher, h->probe_id);
+    struct np_target *t = in->find_target(in->ctx, (pid_t)h->hdr.pid);
+    if (!site || !t || !t->sym || !t->kernels) {
+        in->stats.unknown_source++;
+        return 0;
+    }
+    in->stats.handle_events++;
+    int err = np_kernel_names_on_handle(t->kernels, t->sym, site->def, h);
+    if (err)
+        np_warn("pid %d: cannot record kernel handle: %s", t->pid, strerror(-err));
+    return 0;
+}
+
+static int handle_map(struct np_ingest *in, const struct np_map_event *m, size_t size) {
+    if (size < sizeof(*m)) {
+        in->stats.malformed++;
+        return 0;
+    }
+    in->stats.map_events++;
+    struct np_target *t = in->find_target(in->ctx, (pid_t)m->hdr.pid);
+    if (t && in->on_new_mapping)
+        in->on_new_mapping(in->ctx, t, m->hdr.ts_ns);
+    return 0;
+}
+
+int np_ingest_record(void *ctx, void *data, size_t size) {
+    struct np_ingest *in = ctx;
+    const struct np_event_header *h = data;
+
+    if (size < sizeof(*h) || h->version != NP_EVENT_VERSION || h->size > size) {
+        in->stats.malformed++;
+        return 0;
+    }
+    switch (h->type) {
+    case NP_EV_LAUNCH:
+        return handle_launch(in, data, h->size);
+    case NP_EV_HANDLE:
+        return handle_handle(in, data, h->size);
+    case NP_EV_MAP:
+        return handle_map(in, data, h->size);
+    default:
+        in->stats.malformed++;
+        return 0;
+    }
+}

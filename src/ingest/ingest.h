@@ -1,0 +1,46 @@
+/* ingest.h - the ring-buffer consumer: validates each record, finds its
+ * process and probe, and routes it - launches through symbolization and
+ * kernel naming to the writers, handle records to the kernel-name table,
+ * mapping records back to the session (new libraries to probe).
+ * Records are handled as they arrive, while the process's mappings exist. */
+#ifndef NP_INGEST_H
+#define NP_INGEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct np_attacher;
+struct np_output;
+struct np_target;
+
+struct np_ingest_stats {
+    uint64_t launch_events; /* launch + NCCL API records received */
+    uint64_t handle_events;
+    uint64_t map_events;
+    uint64_t malformed;      /* wrong size, type or version */
+    uint64_t unknown_source; /* probe id or pid we do not know (already detached) */
+    uint64_t *per_probe;     /* launches by the probe the caller called, index = probe id */
+    size_t per_probe_len;
+};
+
+struct np_ingest {
+    struct np_attacher *attacher;
+    struct np_output *out;
+    struct np_target *(*find_target)(void *ctx, pid_t pid);
+    void (*on_new_mapping)(void *ctx, struct np_target *t, uint64_t ts_ns);
+    void *ctx;
+    struct np_ingest_stats stats;
+};
+
+/* libbpf ring_buffer sample callback; ctx is a struct np_ingest. */
+int np_ingest_record(void *ctx, void *data, size_t size);
+void np_ingest_free(struct np_ingest *in);
+
+/* Builds the root-first ';'-joined stack of a launch (exposed for tests). */
+struct np_launch_event;
+struct np_str;
+void np_ingest_build_stack(struct np_target *t, const struct np_launch_event *e,
+                           const char *entry_name, struct np_str *out);
+
+#endif

@@ -1,0 +1,37 @@
+/* launch.h - a launch event decoded: the raw registers and stack words the
+ * probe copied, turned into the arguments of the function the caller
+ * called (see enum np_arg_layout). */
+#ifndef NP_LAUNCH_H
+#define NP_LAUNCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "attach/probes.h"
+#include "ncclprobe/events.h"
+
+struct np_launch {
+    const struct np_launch_event *ev;
+    const struct np_probe_def *def; /* the function the caller called */
+    bool nested;
+    uint64_t func; /* host stub, cudaKernel_t, CUfunction or graph exec */
+    bool has_dims;
+    uint32_t grid[3], block[3];
+    uint64_t shmem;
+    uint64_t stream;
+    /* NCCL API */
+    bool is_nccl_op;
+    uint64_t sendbuff, recvbuff, count, comm;
+    int64_t datatype, redop, root, peer; /* -1 when the call has none */
+};
+
+void np_launch_decode(const struct np_launch_event *e, const struct np_probe_def *def,
+                      struct np_launch *out);
+
+/* NCCL enum names (nccl.h, stable since 2.x); "?" for unknown values. */
+const char *np_nccl_datatype_name(int64_t datatype);
+const char *np_nccl_redop_name(int64_t redop);
+/* Bytes per element, 0 when unknown. */
+int np_nccl_datatype_size(int64_t datatype);
+
+#endif

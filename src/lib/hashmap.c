@@ -1,0 +1,122 @@
+/* hashmap.c - open addressing with linear probing (see hashmap.h). */
+#include "lib/hashmap.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint64_t np_hash_bytes(const void *data, size_t len) {
+    const unsigned char *p = data;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+static uint64_t hash_u64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+void np_map_init(struct np_map *m) {
+    memset(m, 0, sizeof(*m));
+}
+
+void np_map_free(struct np_map *m, void (*free_value)(void *)) {
+    for (size_t i = 0; i < m->cap; i++) {
+        if (!m->slots[i].used)
+            continue;
+        free(m->slots[i].skey);
+        if (free_value)
+            free_value(m->slots[i].value);
+    }
+    free(m->slots);
+    np_map_init(m);
+}
+
+static struct np_map_entry *find_slot(const struct np_map *m, uint64_t hash, uint64_t ikey,
+                                      const char *skey) {
+    size_t mask = m->cap - 1;
+    for (size_t i = hash & mask;; i = (i + 1) & mask) {
+        struct np_map_entry *e = &m->slots[i];
+        if (!e->used)
+            return e;
+        if (e->hash != hash)
+            continue;
+        if (skey ? (e->skey && strcmp(e->skey, skey) == 0) : (!e->skey && e->ikey == ikey))
+            return e;
+    }
+}
+
+static int grow(struct np_map *m) {
+    size_t cap = m->cap ? m->cap * 2 : 64;
+    struct np_map_entry *slots = calloc(cap, sizeof(*slots));
+    if (!slots)
+        return -ENOMEM;
+    struct np_map old = *m;
+    m->slots = slots;
+    m->cap = cap;
+    for (size_t i = 0; i < old.cap; i++) {
+        if (!old.slots[i].used)
+            continue;
+        struct np_map_entry *e =
+            find_slot(m, old.slots[i].hash, old.slots[i].ikey, old.slots[i].skey);
+        *e = old.slots[i];
+    }
+    free(old.slots);
+    return 0;
+}
+
+static int put(struct np_map *m, uint64_t hash, uint64_t ikey, const char *skey, void *value) {
+    if ((m->count + 1) * 10 > m->cap * 7) {
+        int err = grow(m);
+        if (err)
+            return err;
+    }
+    struct np_map_entry *e = find_slot(m, hash, ikey, skey);
+    if (e->used) {
+        e->value = value;
+        return 0;
+    }
+    char *copy = NULL;
+    if (skey) {
+        copy = strdup(skey);
+        if (!copy)
+            return -ENOMEM;
+    }
+    e->used = 1;
+    e->hash = hash;
+    e->ikey = ikey;
+    e->skey = copy;
+    e->value = value;
+    m->count++;
+    return 0;
+}
+
+void *np_map_get_u64(const struct np_map *m, uint64_t key) {
+    if (!m->cap)
+        return NULL;
+    struct np_map_entry *e = find_slot(m, hash_u64(key), key, NULL);
+    return e->used ? e->value : NULL;
+}
+
+int np_map_put_u64(struct np_map *m, uint64_t key, void *value) {
+    return put(m, hash_u64(key), key, NULL, value);
+}
+
+void *np_map_get_str(const struct np_map *m, const char *key) {
+    if (!m->cap)
+        return NULL;
+    struct np_map_entry *e = find_slot(m, np_hash_bytes(key, strlen(key)), 0, key);
+    return e->used ? e->value : NULL;
+}
+
+int np_map_put_str(struct np_map *m, const char *key, void *value) {
+    return put(m, np_hash_bytes(key, strlen(key)), 0, key, value);
+}

@@ -1,0 +1,39 @@
+/* hashmap.h - an open-addressing hash map from a 64-bit key or a string key
+ * to a pointer. Used for symbol caches, kernel-handle tables and stack
+ * aggregation. No deletion: owners free whole maps. */
+#ifndef NP_HASHMAP_H
+#define NP_HASHMAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct np_map_entry {
+    uint64_t hash;
+    uint64_t ikey;
+    char *skey; /* owned copy for string keys, NULL for integer keys */
+    void *value;
+    int used;
+};
+
+struct np_map {
+    struct np_map_entry *slots;
+    size_t cap;
+    size_t count;
+};
+
+void np_map_init(struct np_map *m);
+/* Frees the table and string keys; calls free_value (if non-NULL) on each value. */
+void np_map_free(struct np_map *m, void (*free_value)(void *));
+
+void *np_map_get_u64(const struct np_map *m, uint64_t key);
+int np_map_put_u64(struct np_map *m, uint64_t key, void *value); /* replaces; -ENOMEM */
+
+void *np_map_get_str(const struct np_map *m, const char *key);
+/* Inserts or replaces (the key is copied); -ENOMEM. */
+int np_map_put_str(struct np_map *m, const char *key, void *value);
+
+/* Iteration: for (size_t i = 0; i < m->cap; i++) if (m->slots[i].used) ... */
+
+uint64_t np_hash_bytes(const void *data, size_t len);
+
+#endif

@@ -1,0 +1,191 @@
+/* util.c - logging, growable strings and parsing helpers (see util.h). */
+#include "lib/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static enum np_log_level log_level = NP_LOG_INFO;
+
+void np_log_set_level(enum np_log_level level) {
+    log_level = level;
+}
+
+void np_log(enum np_log_level level, const char *fmt, ...) {
+    static const char *const prefix[] = {"error: ", "warning: ", "", "debug: "};
+    va_list ap;
+
+    if (level > log_level)
+        return;
+    fprintf(stderr, "ncclprobe: %s", prefix[level]);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+void np_str_init(struct np_str *s) {
+    memset(s, 0, sizeof(*s));
+}
+
+void np_str_free(struct np_str *s) {
+    free(s->buf);
+    np_str_init(s);
+}
+
+void np_str_reset(struct np_str *s) {
+    s->len = 0;
+    s->failed = false;
+    if (s->buf)
+        s->buf[0] = '\0';
+}
+
+static bool np_str_reserve(struct np_str *s, size_t extra) {
+    if (s->len + extra + 1 <= s->cap)
+        return true;
+    size_t cap = s->cap ? s->cap : 64;
+    while (cap < s->len + extra + 1)
+        cap *= 2;
+    char *buf = realloc(s->buf, cap);
+    if (!buf) {
+        s->failed = true;
+        return false;
+    }
+    s->buf = buf;
+    s->cap = cap;
+    return true;
+}
+
+void np_str_append_n(struct np_str *s, const char *text, size_t n) {
+    if (!np_str_reserve(s, n))
+        return;
+    memcpy(s->buf + s->len, text, n);
+    s->len += n;
+    s->buf[s->len] = '\0';
+}
+
+void np_str_append(struct np_str *s, const char *text) {
+    np_str_append_n(s, text, strlen(text));
+}
+
+void np_str_appendf(struct np_str *s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || !np_str_reserve(s, (size_t)n))
+        return;
+    va_start(ap, fmt);
+    vsnprintf(s->buf + s->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    s->len += (size_t)n;
+}
+
+const char *np_str_cstr(const struct np_str *s) {
+    return s->buf ? s->buf : "";
+}
+
+void np_sanitize_frame(char *out, size_t out_size, const char *in, bool no_spaces) {
+    size_t o = 0;
+
+    if (out_size == 0)
+        return;
+    for (const unsigned char *p = (const unsigned char *)in; *p && o + 1 < out_size; p++) {
+        unsigned char c = *p;
+        if (c == ';' || c < 0x20 || c == 0x7f)
+            c = '_';
+        else if (no_spaces && c == ' ')
+            c = '_';
+        out[o++] = (char)c;
+    }
+    out[o] = '\0';
+}
+
+static uint64_t clock_ns(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t np_monotonic_ns(void) {
+    return clock_ns(CLOCK_MONOTONIC);
+}
+
+uint64_t np_realtime_ns(void) {
+    return clock_ns(CLOCK_REALTIME);
+}
+
+int np_parse_seconds(const char *text, double *out) {
+    char *end = NULL;
+
+    if (!text || !*text)
+        return -EINVAL;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || *end || v != v || v < 0 || v > 1e9)
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+int np_parse_long(const char *text, long min, long max, long *out) {
+    char *end = NULL;
+
+    if (!text || !*text)
+        return -EINVAL;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (*end)
+        return -EINVAL;
+    if (errno == ERANGE || v < min || v > max)
+        return -ERANGE;
+    *out = v;
+    return 0;
+}
+
+int np_read_file(const char *path, char **out, size_t *out_len) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    if (!buf) {
+        close(fd);
+        return -ENOMEM;
+    }
+    for (;;) {
+        if (len + 1 >= cap) {
+            char *bigger = realloc(buf, cap * 2);
+            if (!bigger) {
+                free(buf);
+                close(fd);
+                return -ENOMEM;
+            }
+            buf = bigger;
+            cap *= 2;
+        }
+        ssize_t n = read(fd, buf + len, cap - len - 1);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            int err = -errno;
+            free(buf);
+            close(fd);
+            return err;
+        }
+        if (n == 0)
+            break;
+        len += (size_t)n;
+    }
+    close(fd);
+    buf[len] = '\0';
+    *out = buf;
+    if (out_len)
+        *out_len = len;
+    return 0;
+}

@@ -1,0 +1,56 @@
+/* util.h - logging, growable strings and small helpers shared by every part
+ * of the daemon. Errors are returned as negative errno throughout; these
+ * helpers follow the same rule. */
+#ifndef NP_UTIL_H
+#define NP_UTIL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define NP_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+enum np_log_level { NP_LOG_ERROR = 0, NP_LOG_WARN, NP_LOG_INFO, NP_LOG_DEBUG };
+
+void np_log_set_level(enum np_log_level level);
+void np_log(enum np_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define np_err(...) np_log(NP_LOG_ERROR, __VA_ARGS__)
+#define np_warn(...) np_log(NP_LOG_WARN, __VA_ARGS__)
+#define np_info(...) np_log(NP_LOG_INFO, __VA_ARGS__)
+#define np_debug(...) np_log(NP_LOG_DEBUG, __VA_ARGS__)
+
+/* A growable, always NUL-terminated string. A failed allocation latches
+ * `failed`; the string keeps what fitted. */
+struct np_str {
+    char *buf;
+    size_t len;
+    size_t cap;
+    bool failed;
+};
+
+void np_str_init(struct np_str *s);
+void np_str_free(struct np_str *s);
+void np_str_reset(struct np_str *s);
+void np_str_append(struct np_str *s, const char *text);
+void np_str_append_n(struct np_str *s, const char *text, size_t n);
+void np_str_appendf(struct np_str *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+const char *np_str_cstr(const struct np_str *s);
+
+/* Copies `in` into `out` (at most out_size bytes incl. NUL) keeping only
+ * characters that are safe in a folded-stack frame: no ';', no control
+ * characters or newlines; spaces become '_' when `no_spaces`. */
+void np_sanitize_frame(char *out, size_t out_size, const char *in, bool no_spaces);
+
+uint64_t np_monotonic_ns(void);
+uint64_t np_realtime_ns(void);
+
+/* Parses a non-negative decimal number of seconds ("2", "0.5"); -EINVAL on junk. */
+int np_parse_seconds(const char *text, double *out);
+/* Parses a decimal integer in [min, max]; -EINVAL / -ERANGE otherwise. */
+int np_parse_long(const char *text, long min, long max, long *out);
+
+/* Reads a whole small file (e.g. under /proc) into a NUL-terminated buffer. */
+int np_read_file(const char *path, char **out, size_t *out_len);
+
+#endif

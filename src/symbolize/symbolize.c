@@ -1,0 +1,181 @@
+/* symbolize.c - libdw-based symbolization of one process (see symbolize.h).
+ * Driven the way elfutils' stack tool and perf's unwind-libdw.c drive it:
+ * dwfl_linux_proc_report for the module list, dwfl_module_addrinfo for the
+ * symbol. */
+#define _GNU_SOURCE
+#include "symbolize/symbolize.h"
+
+#include <elfutils/libdwfl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lib/hashmap.h"
+#include "lib/util.h"
+
+struct np_symbolizer {
+    pid_t pid;
+    Dwfl *dwfl;
+    struct np_map cache; /* pc (with return-address bit) -> struct np_frame * */
+    uint64_t last_refresh_ns;
+};
+
+/* libdw's find_elf callback has no per-Dwfl context; the symbolizer that is
+ * calling into libdw sets this for the duration of the call. The daemon
+ * symbolizes on one thread. */
+static pid_t resolving_pid;
+
+static int find_elf_in_target_root(Dwfl_Module *mod, void **userdata, const char *module_name,
+                                   Dwarf_Addr base, char **file_name, Elf **elfp) {
+    if (module_name[0] == '/' && resolving_pid > 0) {
+        char path[4200];
+        snprintf(path, sizeof(path), "/proc/%d/root%s", (int)resolving_pid, module_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            *file_name = strdup(path);
+            return fd;
+        }
+    }
+    return dwfl_linux_proc_find_elf(mod, userdata, module_name, base, file_name, elfp);
+}
+
+static char *debuginfo_path = NULL; /* libdw default: build-id and .debug dirs */
+
+static const Dwfl_Callbacks callbacks = {
+    .find_elf = find_elf_in_target_root,
+    .find_debuginfo = dwfl_standard_find_debuginfo,
+    .debuginfo_path = &debuginfo_path,
+};
+
+static void free_frame(void *p) {
+    struct np_frame *f = p;
+    if (!f)
+        return;
+    free((char *)f->name);
+    free((char *)f->module);
+    free(f);
+}
+
+static int open_module_files(Dwfl_Module *mod, void **userdata, const char *name, Dwarf_Addr start,
+                             void *arg) {
+    Dwarf_Addr bias;
+    (void)userdata, (void)name, (void)start, (void)arg;
+    dwfl_module_getelf(mod, &bias);
+    return DWARF_CB_OK;
+}
+
+int np_symbolizer_refresh(struct np_symbolizer *s) {
+    resolving_pid = s->pid;
+    dwfl_report_begin_add(s->dwfl);
+    int err = dwfl_linux_proc_report(s->dwfl, s->pid);
+    dwfl_report_end(s->dwfl, NULL, NULL);
+    if (err == 0)
+        dwfl_getmodules(s->dwfl, open_module_files, NULL, 0);
+    resolving_pid = 0;
+    s->last_refresh_ns = np_monotonic_ns();
+    if (err > 0)
+        return -err;
+    return err < 0 ? -ESRCH : 0;
+}
+
+int np_symbolizer_new(pid_t pid, struct np_symbolizer **out) {
+    struct np_symbolizer *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->pid = pid;
+    np_map_init(&s->cache);
+    s->dwfl = dwfl_begin(&callbacks);
+    if (!s->dwfl) {
+        free(s);
+        return -ENOMEM;
+    }
+    int err = np_symbolizer_refresh(s);
+    if (err) {
+        np_symbolizer_free(s);
+        return err;
+    }
+    *out = s;
+    return 0;
+}
+
+void np_symbolizer_free(struct np_symbolizer *s) {
+    if (!s)
+        return;
+    np_map_free(&s->cache, free_frame);
+    dwfl_end(s->dwfl);
+    free(s);
+}
+
+static const char *basename_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+static struct np_frame *resolve(struct np_symbolizer *s, uint64_t pc) {
+    struct np_frame *f = calloc(1, sizeof(*f));
+    if (!f)
+        return NULL;
+
+    Dwfl_Module *mod = dwfl_addrmodule(s->dwfl, pc);
+    /* A module mapped since the last refresh (dlopen): look again, at most
+     * every 100 ms so a stream of wild addresses cannot make us spin. */
+    if (!mod && np_monotonic_ns() - s->last_refresh_ns > 100000000ull) {
+        np_symbolizer_refresh(s);
+        resolving_pid = s->pid;
+        mod = dwfl_addrmodule(s->dwfl, pc);
+    }
+    if (!mod) {
+        f->name = strdup("[unknown]");
+        f->module = strdup("");
+        goto out;
+    }
+    Dwarf_Addr start = 0;
+    const char *mod_name = dwfl_module_info(mod, NULL, &start, NULL, NULL, NULL, NULL, NULL);
+    f->module = strdup(basename_of(mod_name ? mod_name : ""));
+    f->module_offset = pc - start;
+
+    GElf_Off offset = 0;
+    GElf_Sym sym;
+    const char *name = dwfl_module_addrinfo(mod, pc, &offset, &sym, NULL, NULL, NULL);
+    if (name && *name) {
+        char *shortname = np_demangle_short(name);
+        char buf[1024];
+        np_sanitize_frame(buf, sizeof(buf), shortname ? shortname : name, false);
+        free(shortname);
+        f->name = strdup(buf);
+        f->known = true;
+    } else {
+        char buf[512];
+        char mod_clean[256];
+        np_sanitize_frame(mod_clean, sizeof(mod_clean), f->module ? f->module : "", true);
+        snprintf(buf, sizeof(buf), "[%s+0x%" PRIx64 "]", mod_clean, f->module_offset);
+        f->name = strdup(buf);
+    }
+out:
+    if (!f->name || !f->module) {
+        free_frame(f);
+        return NULL;
+    }
+    return f;
+}
+
+const struct np_frame *np_symbolize(struct np_symbolizer *s, uint64_t pc, bool is_return_address) {
+    static const struct np_frame oom = {"[unknown]", "", 0, false};
+    uint64_t lookup = is_return_address && pc ? pc - 1 : pc;
+
+    struct np_frame *f = np_map_get_u64(&s->cache, lookup);
+    if (f)
+        return f;
+    resolving_pid = s->pid;
+    f = resolve(s, lookup);
+    resolving_pid = 0;
+    if (!f || np_map_put_u64(&s->cache, lookup, f) < 0) {
+        free_frame(f);
+        return &oom;
+    }
+    return f;
+}

@@ -1,0 +1,38 @@
+/* symbolize.h - address -> frame name for one process, with elfutils'
+ * libdw: one Dwfl per process built from /proc/PID/maps, module files
+ * opened through /proc/PID/root (so containers resolve their own files),
+ * symbols from .symtab, .dynsym and separate debug files, C++ demangled.
+ * Results are cached per address. */
+#ifndef NP_SYMBOLIZE_H
+#define NP_SYMBOLIZE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct np_symbolizer;
+
+struct np_frame {
+    const char *name;   /* short demangled name, or "[module+0xoff]", or "[unknown]" */
+    const char *module; /* basename of the module, "" when unknown */
+    uint64_t module_offset;
+    bool known; /* a symbol was found */
+};
+
+int np_symbolizer_new(pid_t pid, struct np_symbolizer **out);
+void np_symbolizer_free(struct np_symbolizer *s);
+
+/* Re-reads the process's mappings (after dlopen) and opens every module's
+ * file now, while the process is alive. */
+int np_symbolizer_refresh(struct np_symbolizer *s);
+
+/* Looks up pc. A return address points after the call: pass
+ * is_return_address so the call instruction itself is looked up. */
+const struct np_frame *np_symbolize(struct np_symbolizer *s, uint64_t pc, bool is_return_address);
+
+/* Demangles a C++ symbol and shortens it to the qualified name without
+ * parameters or return type ("ns::Foo<int>::bar"); plain C names come back
+ * unchanged. Returns a malloc'd string, NULL on allocation failure. */
+char *np_demangle_short(const char *symbol);
+
+#endif

@@ -1,0 +1,16 @@
+/* json.h - writes JSON string literals that stay valid whatever bytes a
+ * target's names contain: control characters escaped, invalid UTF-8
+ * replaced by U+FFFD. */
+#ifndef NP_JSON_H
+#define NP_JSON_H
+
+#include <stdio.h>
+
+#include "lib/util.h"
+
+void np_json_string(struct np_str *out, const char *s);
+/* Returns a malloc'd copy of s with invalid UTF-8 replaced by U+FFFD (for
+ * cJSON, which copies bytes as they are). */
+char *np_utf8_clean(const char *s);
+
+#endif

@@ -1,0 +1,284 @@
+/* output.c - per-launch writers of a recording directory (see output.h). */
+#define _GNU_SOURCE
+#include "writers/output.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "attach/target.h"
+#include "lib/util.h"
+#include "writers/json.h"
+
+struct np_output {
+    char *dir;
+    FILE *ext_folded, *launches_jsonl, *nccl_jsonl, *stacks_jsonl;
+    struct np_map folded_counts; /* "stack;[GPU_Kernel]name" -> (uintptr_t) count */
+    struct np_map kernel_counts; /* kernel name -> (uintptr_t) count */
+    struct np_map stack_ids;     /* stack -> (uintptr_t) id */
+    uint64_t next_stack_id;
+    struct np_output_totals totals;
+    struct np_str line; /* reused line buffer */
+    int first_error;
+};
+
+static int mkdir_p(const char *dir) {
+    char path[4096];
+    if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
+        return -ENAMETOOLONG;
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(path, 0755) < 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(path, 0755) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+static FILE *open_in(const char *dir, const char *name, int *err) {
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "we");
+    if (!f && !*err)
+        *err = -errno;
+    return f;
+}
+
+int np_output_open(const char *dir, struct np_output **out) {
+    int err = mkdir_p(dir);
+    if (err)
+        return err;
+    struct np_output *o = calloc(1, sizeof(*o));
+    if (!o)
+        return -ENOMEM;
+    o->dir = strdup(dir);
+    np_map_init(&o->folded_counts);
+    np_map_init(&o->kernel_counts);
+    np_map_init(&o->stack_ids);
+    np_str_init(&o->line);
+    o->next_stack_id = 1;
+    o->ext_folded = open_in(dir, "stacks.ext.folded", &err);
+    o->launches_jsonl = open_in(dir, "launches.jsonl", &err);
+    o->nccl_jsonl = open_in(dir, "nccl.jsonl", &err);
+    o->stacks_jsonl = open_in(dir, "stacks.jsonl", &err);
+    if (!err && !o->dir)
+        err = -ENOMEM;
+    if (err) {
+        np_output_close(o);
+        return err;
+    }
+    *out = o;
+    return 0;
+}
+
+void np_output_safe_comm(char *out, size_t size, const char *comm) {
+    np_sanitize_frame(out, size, comm, true);
+    if (!out[0])
+        snprintf(out, size, "?");
+}
+
+static void note_error(struct np_output *o, int err) {
+    o->totals.write_errors++;
+    if (!o->first_error)
+        o->first_error = err;
+}
+
+static void write_line(struct np_output *o, FILE *f, const struct np_str *line) {
+    if (line->failed) {
+        note_error(o, -ENOMEM);
+        return;
+    }
+    if (fwrite(line->buf, 1, line->len, f) != line->len)
+        note_error(o, -errno);
+}
+
+static void bump(struct np_output *o, struct np_map *m, const char *key) {
+    uintptr_t n = (uintptr_t)np_map_get_str(m, key);
+    if (np_map_put_str(m, key, (void *)(n + 1)) < 0)
+        note_error(o, -ENOMEM);
+}
+
+/* The id of a stack in stacks.jsonl; written there the first time. */
+static uint64_t stack_id(struct np_output *o, const char *stack) {
+    uintptr_t id = (uintptr_t)np_map_get_str(&o->stack_ids, stack);
+    if (id)
+        return id;
+    id = o->next_stack_id++;
+    if (np_map_put_str(&o->stack_ids, stack, (void *)id) < 0) {
+        note_error(o, -ENOMEM);
+        return 0;
+    }
+    struct np_str line;
+    np_str_init(&line);
+    np_str_appendf(&line, "{\"stack_id\":%" PRIuPTR ",\"frames\":[", id);
+    const char *p = stack;
+    char frame[4096];
+    for (int first = 1; *p; first = 0) {
+        size_t n = strcspn(p, ";");
+        if (n >= sizeof(frame))
+            n = sizeof(frame) - 1;
+        memcpy(frame, p, n);
+        frame[n] = '\0';
+        if (!first)
+            np_str_append(&line, ",");
+        np_json_string(&line, frame);
+        p += strcspn(p, ";");
+        if (*p == ';')
+            p++;
+    }
+    np_str_append(&line, "]}\n");
+    write_line(o, o->stacks_jsonl, &line);
+    np_str_free(&line);
+    return id;
+}
+
+static void json_common(struct np_str *s, const struct np_target *t, const struct np_launch *l) {
+    const struct np_launch_event *e = l->ev;
+    np_str_appendf(s,
+                   "{\"ts_ns\":%" PRIu64 ",\"pid\":%u,\"tid\":%u,\"comm\":", (uint64_t)e->hdr.ts_ns,
+                   e->hdr.pid, e->hdr.tid);
+    char comm[NP_COMM_LEN + 1];
+    memcpy(comm, e->comm, NP_COMM_LEN);
+    comm[NP_COMM_LEN] = '\0';
+    np_json_string(s, comm);
+    np_str_appendf(s, ",\"cpu\":%u", e->cpu);
+    (void)t;
+}
+
+static void write_launch_json(struct np_output *o, const struct np_target *t,
+                              const struct np_launch *l, const char *kernel, uint64_t sid) {
+    struct np_str *s = &o->line;
+    np_str_reset(s);
+    json_common(s, t, l);
+    np_str_append(s, ",\"api\":");
+    np_json_string(s, l->def->api);
+    np_str_append(s, ",\"kernel\":");
+    np_json_string(s, kernel);
+    np_str_appendf(s, ",\"func\":\"0x%" PRIx64 "\"", l->func);
+    if (l->has_dims)
+        np_str_appendf(s, ",\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"shmem\":%" PRIu64,
+                       l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2],
+                       l->shmem);
+    np_str_appendf(s, ",\"stream\":\"0x%" PRIx64 "\",\"nested\":%s,\"stack_id\":%" PRIu64 "}\n",
+                   l->stream, l->nested ? "true" : "false", sid);
+    write_line(o, o->launches_jsonl, s);
+}
+
+void np_output_launch(struct np_output *o, const struct np_target *t, const struct np_launch *l,
+                      const char *stack, const char *kernel) {
+    uint64_t sid = stack_id(o, stack);
+    write_launch_json(o, t, l, kernel, sid);
+    if (l->nested) {
+        o->totals.nested++;
+        return;
+    }
+    o->totals.launches++;
+
+    char leaf[1024];
+    np_sanitize_frame(leaf, sizeof(leaf), kernel, false);
+    struct np_str *s = &o->line;
+    np_str_reset(s);
+    np_str_append(s, stack);
+    np_str_appendf(s, "%s[GPU_Kernel]%s", *stack ? ";" : "", leaf);
+    bump(o, &o->folded_counts, np_str_cstr(s));
+    bump(o, &o->kernel_counts, leaf);
+
+    char comm[NP_COMM_LEN + 1];
+    memcpy(comm, l->ev->comm, NP_COMM_LEN);
+    comm[NP_COMM_LEN] = '\0';
+    char safe[NP_COMM_LEN * 2];
+    np_output_safe_comm(safe, sizeof(safe), comm);
+    struct np_str line;
+    np_str_init(&line);
+    np_str_appendf(&line, "%" PRIu64 " %s %u %u %u %s\n", (uint64_t)l->ev->hdr.ts_ns, safe,
+                   l->ev->hdr.pid, l->ev->hdr.tid, l->ev->cpu, np_str_cstr(s));
+    write_line(o, o->ext_folded, &line);
+    np_str_free(&line);
+}
+
+void np_output_nccl_op(struct np_output *o, const struct np_target *t, const struct np_launch *l,
+                       const char *stack) {
+    uint64_t sid = stack_id(o, stack);
+    struct np_str *s = &o->line;
+    int size = np_nccl_datatype_size(l->datatype);
+
+    o->totals.nccl_ops++;
+    np_str_reset(s);
+    json_common(s, t, l);
+    np_str_append(s, ",\"op\":");
+    np_json_string(s, l->def->api);
+    np_str_appendf(s, ",\"count\":%" PRIu64 ",\"datatype\":", l->count);
+    np_json_string(s, l->datatype >= 0 ? np_nccl_datatype_name(l->datatype) : "");
+    np_str_appendf(s, ",\"bytes\":%" PRIu64 ",\"redop\":", l->count * (uint64_t)size);
+    np_json_string(s, l->redop >= 0 ? np_nccl_redop_name(l->redop) : "");
+    np_str_appendf(s,
+                   ",\"root\":%" PRId64 ",\"peer\":%" PRId64 ",\"comm\":\"0x%" PRIx64
+                   "\",\"stream\":\"0x%" PRIx64 "\",\"sendbuff\":\"0x%" PRIx64
+                   "\",\"recvbuff\":\"0x%" PRIx64 "\",\"stack_id\":%" PRIu64 "}\n",
+                   l->root, l->peer, l->comm, l->stream, l->sendbuff, l->recvbuff, sid);
+    write_line(o, o->nccl_jsonl, s);
+}
+
+void np_output_flush(struct np_output *o) {
+    FILE *files[] = {o->ext_folded, o->launches_jsonl, o->nccl_jsonl, o->stacks_jsonl};
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+        if (files[i] && fflush(files[i]) != 0)
+            note_error(o, -errno);
+}
+
+static void write_folded(struct np_output *o) {
+    FILE *f = open_in(o->dir, "launches.folded", &o->first_error);
+    if (!f)
+        return;
+    for (size_t i = 0; i < o->folded_counts.cap; i++) {
+        const struct np_map_entry *e = &o->folded_counts.slots[i];
+        if (e->used && fprintf(f, "%s %" PRIuPTR "\n", e->skey, (uintptr_t)e->value) < 0)
+            note_error(o, -errno);
+    }
+    if (fclose(f) != 0)
+        note_error(o, -errno);
+}
+
+static void close_file(struct np_output *o, FILE **f) {
+    if (*f && fclose(*f) != 0)
+        note_error(o, -errno);
+    *f = NULL;
+}
+
+int np_output_close(struct np_output *o) {
+    if (!o)
+        return 0;
+    if (o->dir)
+        write_folded(o);
+    close_file(o, &o->ext_folded);
+    close_file(o, &o->launches_jsonl);
+    close_file(o, &o->nccl_jsonl);
+    close_file(o, &o->stacks_jsonl);
+    int err = o->first_error;
+    np_map_free(&o->folded_counts, NULL);
+    np_map_free(&o->kernel_counts, NULL);
+    np_map_free(&o->stack_ids, NULL);
+    np_str_free(&o->line);
+    free(o->dir);
+    free(o);
+    return err;
+}
+
+const struct np_output_totals *np_output_totals(const struct np_output *o) {
+    return &o->totals;
+}
+
+const struct np_map *np_output_kernel_counts(const struct np_output *o) {
+    return &o->kernel_counts;
+}
+
+const char *np_output_dir(const struct np_output *o) {
+    return o->dir;
+}

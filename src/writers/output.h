@@ -1,0 +1,46 @@
+/* output.h - the per-launch writers of a recording directory:
+ *   stacks.ext.folded  one line per launch: "ts comm pid tid cpu frames;[GPU_Kernel]NAME"
+ *   launches.folded    the same stacks aggregated: "frames;[GPU_Kernel]NAME COUNT"
+ *   launches.jsonl     one JSON object per launch with its decoded arguments
+ *   nccl.jsonl         one JSON object per NCCL API call
+ *   stacks.jsonl       the stacks the two .jsonl files refer to by stack_id
+ * Formats are documented in docs/output-formats.md. */
+#ifndef NP_OUTPUT_H
+#define NP_OUTPUT_H
+
+#include <stdint.h>
+
+#include "ingest/launch.h"
+#include "lib/hashmap.h"
+
+struct np_target;
+struct np_output;
+
+struct np_output_totals {
+    uint64_t launches; /* outermost launches written */
+    uint64_t nested;   /* launches inside another launch (launches.jsonl only) */
+    uint64_t nccl_ops;
+    uint64_t write_errors;
+};
+
+/* Creates dir (and missing parents) and opens the files; -errno. */
+int np_output_open(const char *dir, struct np_output **out);
+/* stack: the root-first native frames joined by ';' (may be ""). */
+void np_output_launch(struct np_output *o, const struct np_target *t, const struct np_launch *l,
+                      const char *stack, const char *kernel);
+void np_output_nccl_op(struct np_output *o, const struct np_target *t, const struct np_launch *l,
+                       const char *stack);
+/* Flushes everything written so far (stream files stay usable). */
+void np_output_flush(struct np_output *o);
+/* Writes launches.folded, closes every file; returns the first error. */
+int np_output_close(struct np_output *o);
+
+const struct np_output_totals *np_output_totals(const struct np_output *o);
+/* kernel name -> (uintptr_t) count */
+const struct np_map *np_output_kernel_counts(const struct np_output *o);
+const char *np_output_dir(const struct np_output *o);
+
+/* Makes a comm safe for a space-separated line (exposed for tests). */
+void np_output_safe_comm(char *out, size_t size, const char *comm);
+
+#endif

@@ -1,0 +1,195 @@
+/* summary.c - summary.json writer (see summary.h), built with cJSON. */
+#define _GNU_SOURCE
+#include "writers/summary.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attach/attach.h"
+#include "attach/target.h"
+#include "ingest/ingest.h"
+#include "writers/json.h"
+#include "writers/output.h"
+
+/* cJSON copies strings byte for byte: clean target-supplied text first. */
+static cJSON *add_text(cJSON *obj, const char *key, const char *value) {
+    char *clean = np_utf8_clean(value ? value : "");
+    cJSON *item = cJSON_AddStringToObject(obj, key, clean ? clean : "");
+    free(clean);
+    return item;
+}
+
+static void add_u64(cJSON *obj, const char *key, uint64_t value) {
+    cJSON_AddNumberToObject(obj, key, (double)value);
+}
+
+static uint64_t at(const uint64_t *arr, size_t len, size_t i) {
+    return arr && i < len ? arr[i] : 0;
+}
+
+static const char *role_name(const struct np_probe_site *site) {
+    if (site->is_thunk)
+        return "thunk";
+    switch (site->def->role) {
+    case NP_ROLE_API:
+        return "api";
+    case NP_ROLE_HANDLE_ENTRY:
+        return "handle";
+    case NP_ROLE_LOADER:
+        return "loader";
+    default:
+        return "launch";
+    }
+}
+
+static cJSON *probe_json(const struct np_summary *s, const struct np_probe_site *site) {
+    const struct np_target *t = NULL;
+    for (size_t i = 0; i < s->ntargets; i++)
+        if (s->targets[i]->pid == site->pid)
+            t = s->targets[i];
+    cJSON *p = cJSON_CreateObject();
+    add_u64(p, "id", site->id);
+    add_u64(p, "pid", (uint64_t)site->pid);
+    add_text(p, "symbol", site->def->symbol);
+    add_text(p, "api", site->def->api);
+    add_text(p, "library", t && site->lib_index < t->nlibs ? t->libs[site->lib_index].path : "");
+    char off[32];
+    snprintf(off, sizeof(off), "0x%" PRIx64, site->offset);
+    add_text(p, "offset", off);
+    add_text(p, "role", role_name(site));
+    cJSON_AddBoolToObject(p, "attached", site->err == 0);
+    if (site->err)
+        add_text(p, "error", strerror(-site->err));
+    add_u64(p, "hits", at(s->probe_hits, s->nprobes, site->id));
+    add_u64(p, "dropped", at(s->probe_drops, s->nprobes, site->id));
+    add_u64(p, "launches", at(s->ingest->per_probe, s->ingest->per_probe_len, site->id));
+    return p;
+}
+
+static cJSON *target_json(const struct np_target *t) {
+    cJSON *o = cJSON_CreateObject();
+    add_u64(o, "pid", (uint64_t)t->pid);
+    add_text(o, "comm", t->comm);
+    add_text(o, "exe", t->exe);
+    cJSON_AddBoolToObject(o, "exited", t->exited);
+    add_u64(o, "launches", t->launches);
+    add_u64(o, "nested_launches", t->nested);
+    add_u64(o, "nccl_ops", t->nccl_ops);
+    cJSON *libs = cJSON_AddArrayToObject(o, "libraries");
+    for (size_t i = 0; i < t->nlibs; i++) {
+        const struct np_library *l = &t->libs[i];
+        cJSON *lj = cJSON_CreateObject();
+        add_text(lj, "path", l->path);
+        add_text(lj, "build_id", l->build_id);
+        add_u64(lj, "probes_attached", (uint64_t)l->probes_ok);
+        add_u64(lj, "probes_failed", (uint64_t)l->probes_failed);
+        if (l->first_error)
+            add_text(lj, "error", strerror(-l->first_error));
+        cJSON_AddBoolToObject(lj, "loaded_after_attach", l->late);
+        if (l->late && l->attached_ns >= l->seen_ns)
+            cJSON_AddNumberToObject(lj, "attach_latency_ms",
+                                    (double)(l->attached_ns - l->seen_ns) / 1e6);
+        cJSON_AddItemToArray(libs, lj);
+    }
+    return o;
+}
+
+static cJSON *totals_json(const struct np_summary *s) {
+    const uint64_t *c = s->counters;
+    const struct np_output_totals *ot = np_output_totals(s->out);
+    uint64_t hits = 0;
+    for (size_t i = 0; i < s->attacher->nsites; i++) {
+        const struct np_probe_site *site = &s->attacher->sites[i];
+        if (!site->is_thunk &&
+            (site->def->role == NP_ROLE_LAUNCH || site->def->role == NP_ROLE_API))
+            hits += at(s->probe_hits, s->nprobes, site->id);
+    }
+    cJSON *o = cJSON_CreateObject();
+    add_u64(o, "probe_hits", hits);
+    add_u64(o, "events_captured", s->ingest->launch_events);
+    add_u64(o, "events_dropped", c[NP_CNT_LAUNCH_DROPPED]);
+    add_u64(o, "events_sent_by_bpf", c[NP_CNT_LAUNCH_SENT]);
+    add_u64(o, "launches", ot->launches);
+    add_u64(o, "nested_launches", ot->nested);
+    add_u64(o, "nccl_ops", ot->nccl_ops);
+    add_u64(o, "handle_events", s->ingest->handle_events);
+    add_u64(o, "handle_events_dropped", c[NP_CNT_HANDLE_DROPPED]);
+    add_u64(o, "library_load_events", s->ingest->map_events);
+    add_u64(o, "library_load_events_dropped", c[NP_CNT_MAP_DROPPED]);
+    add_u64(o, "thunk_hits", c[NP_CNT_THUNK_HITS]);
+    add_u64(o, "foreign_hits", c[NP_CNT_FOREIGN_HITS]);
+    add_u64(o, "malformed_records", s->ingest->malformed);
+    add_u64(o, "records_from_unknown_source", s->ingest->unknown_source);
+    add_u64(o, "write_errors", ot->write_errors);
+    return o;
+}
+
+static cJSON *kernels_json(const struct np_output *out) {
+    const struct np_map *m = np_output_kernel_counts(out);
+    cJSON *o = cJSON_CreateObject();
+    for (size_t i = 0; i < m->cap; i++) {
+        if (!m->slots[i].used)
+            continue;
+        char *clean = np_utf8_clean(m->slots[i].skey);
+        if (clean)
+            cJSON_AddNumberToObject(o, clean, (double)(uintptr_t)m->slots[i].value);
+        free(clean);
+    }
+    return o;
+}
+
+static cJSON *launches_by_api(const struct np_summary *s) {
+    cJSON *o = cJSON_CreateObject();
+    for (size_t i = 0; i < s->attacher->nsites; i++) {
+        const struct np_probe_site *site = &s->attacher->sites[i];
+        uint64_t n = at(s->ingest->per_probe, s->ingest->per_probe_len, site->id);
+        if (!n)
+            continue;
+        cJSON *cur = cJSON_GetObjectItemCaseSensitive(o, site->def->api);
+        if (cur)
+            cJSON_SetNumberValue(cur, cur->valuedouble + (double)n);
+        else
+            cJSON_AddNumberToObject(o, site->def->api, (double)n);
+    }
+    return o;
+}
+
+int np_summary_write(const char *path, const struct np_summary *s) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root)
+        return -ENOMEM;
+    add_u64(root, "format_version", 1);
+    add_text(root, "stop_reason", s->stop_reason);
+    add_u64(root, "start_time_unix_ns", s->start_realtime_ns);
+    cJSON_AddNumberToObject(root, "duration_s", s->duration_s);
+    cJSON_AddItemToObject(root, "totals", totals_json(s));
+    cJSON *targets = cJSON_AddArrayToObject(root, "targets");
+    for (size_t i = 0; i < s->ntargets; i++)
+        cJSON_AddItemToArray(targets, target_json(s->targets[i]));
+    cJSON *probes = cJSON_AddArrayToObject(root, "probes");
+    for (size_t i = 0; i < s->attacher->nsites; i++)
+        cJSON_AddItemToArray(probes, probe_json(s, &s->attacher->sites[i]));
+    cJSON_AddItemToObject(root, "launches_by_api", launches_by_api(s));
+    cJSON_AddItemToObject(root, "launches_by_kernel", kernels_json(s->out));
+
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text)
+        return -ENOMEM;
+    int err = 0;
+    FILE *f = fopen(path, "we");
+    if (!f) {
+        err = -errno;
+    } else {
+        if (fputs(text, f) < 0 || fputc('\n', f) < 0)
+            err = -errno;
+        if (fclose(f) != 0 && !err)
+            err = -errno;
+    }
+    free(text);
+    return err;
+}

@@ -1,0 +1,33 @@
+/* summary.h - summary.json of a recording: what was attached (and what
+ * failed, and why), what fired, what was captured and what was dropped. */
+#ifndef NP_SUMMARY_H
+#define NP_SUMMARY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ncclprobe/events.h"
+
+struct np_attacher;
+struct np_ingest_stats;
+struct np_output;
+struct np_target;
+
+struct np_summary {
+    const char *stop_reason;
+    uint64_t start_realtime_ns;
+    double duration_s;
+    struct np_target *const *targets;
+    size_t ntargets;
+    const struct np_attacher *attacher;
+    const uint64_t *probe_hits;  /* per probe id, summed over CPUs */
+    const uint64_t *probe_drops; /* per probe id */
+    size_t nprobes;              /* length of the two arrays */
+    const uint64_t *counters;    /* enum np_counter */
+    const struct np_ingest_stats *ingest;
+    const struct np_output *out;
+};
+
+int np_summary_write(const char *path, const struct np_summary *s);
+
+#endif
