@@ -33,11 +33,16 @@ static void free_scan(void *p) {
     free(scan);
 }
 
-void np_attacher_destroy(struct np_attacher *a) {
+void np_attacher_detach_all(struct np_attacher *a) {
     for (size_t i = 0; i < a->nsites; i++) {
         bpf_link__destroy(a->sites[i].link);
         bpf_link__destroy(a->sites[i].ret_link);
+        a->sites[i].link = a->sites[i].ret_link = NULL;
     }
+}
+
+void np_attacher_destroy(struct np_attacher *a) {
+    np_attacher_detach_all(a);
     free(a->sites);
     np_map_free(&a->scan_cache, free_scan);
     memset(a, 0, sizeof(*a));
@@ -157,6 +162,8 @@ static int attach_scan(struct np_attacher *a, struct np_target *t, const char *t
         s->lib_index = lib_index;
         s->offset = m->file_offset;
         s->is_thunk = m->thunk_target >= 0;
+        if (m->def->family != NP_FAMILY_LOADER)
+            t->libs[lib_index].cuda = true;
         s->err = attach_site(a, s, binary);
         if (s->err) {
             lib = &t->libs[lib_index];
@@ -200,11 +207,12 @@ static int attach_mapping(struct np_attacher *a, struct np_target *t, const stru
     struct stat st;
     const struct np_elf_scan *scan = NULL;
     int err = fstat(fd, &st) < 0 ? -errno : 0;
-    if (!err && np_target_saw_file(t, st.st_dev, st.st_ino)) {
+    bool same_identity = !err && st.st_dev == m->dev && st.st_ino == m->inode;
+    if (!err && !same_identity && np_target_saw_file(t, st.st_dev, st.st_ino)) {
         close(fd);
         return 0;
     }
-    if (!err)
+    if (!err && !same_identity)
         err = np_target_mark_file(t, st.st_dev, st.st_ino);
     if (!err)
         err = scan_cached(a, fd, &st, &scan);

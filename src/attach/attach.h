@@ -38,6 +38,7 @@ struct np_library {
     uint64_t seen_ns;     /* CLOCK_MONOTONIC: when the mapping was noticed */
     uint64_t attached_ns; /* CLOCK_MONOTONIC: when its probes were in place */
     bool late;            /* mapped after ncclprobe attached to the process */
+    bool cuda;            /* a CUDA or NCCL library (not just the dynamic loader) */
     int probes_ok, probes_failed;
     int first_error;
 };
@@ -50,7 +51,9 @@ struct np_attacher {
 };
 
 void np_attacher_init(struct np_attacher *a, struct ncclprobe_bpf *skel);
-/* Detaches every probe and frees the registry. */
+/* Detaches every probe; the registry stays readable (for the summary). */
+void np_attacher_detach_all(struct np_attacher *a);
+/* Detaches what is left and frees the registry. */
 void np_attacher_destroy(struct np_attacher *a);
 const struct np_probe_site *np_attacher_site(const struct np_attacher *a, uint32_t id);
 

@@ -86,7 +86,15 @@ void np_target_free(struct np_target *t) {
 int np_target_probe_count(const struct np_target *t) {
     int n = 0;
     for (size_t i = 0; i < t->nlibs; i++)
-        n += t->libs[i].probes_ok;
+        if (t->libs[i].cuda)
+            n += t->libs[i].probes_ok;
+    return n;
+}
+
+int np_target_cuda_library_count(const struct np_target *t) {
+    int n = 0;
+    for (size_t i = 0; i < t->nlibs; i++)
+        n += t->libs[i].cuda;
     return n;
 }
 

@@ -35,8 +35,10 @@ int np_target_new(pid_t pid, struct np_target **out);
 void np_target_free(struct np_target *t);
 /* Re-reads comm and exe (they change when the process execs). */
 void np_target_refresh_identity(struct np_target *t);
-/* Total probes attached in this process. */
+/* Probes attached in this process's CUDA and NCCL libraries, and how many
+ * such libraries there are (the dynamic loader's hook does not count). */
 int np_target_probe_count(const struct np_target *t);
+int np_target_cuda_library_count(const struct np_target *t);
 
 struct np_library *np_target_add_library(struct np_target *t, const char *path);
 bool np_target_saw_file(const struct np_target *t, uint64_t dev, uint64_t inode);

@@ -33,6 +33,7 @@
 
 #define EXIT_USAGE 2
 #define POLL_MS 100
+#define CONSUME_BUDGET 65536 /* records per slice of the event loop */
 
 static bool verbose;
 
@@ -62,6 +63,7 @@ struct session {
     int epfd, sigfd;
     uint64_t start_ns, start_realtime_ns;
     const char *stop_reason;
+    bool backlog; /* the last slice stopped with records still queued */
 };
 
 static void usage(FILE *f) {
@@ -295,8 +297,8 @@ static int attach_pid(struct session *s, pid_t pid) {
                 pid, t->comm);
         return 0;
     }
-    np_info("recording process %d (%s): %d probes in %zu libraries", pid, t->comm,
-            np_target_probe_count(t), t->nlibs);
+    np_info("recording process %d (%s): %d probes in %d libraries", pid, t->comm,
+            np_target_probe_count(t), np_target_cuda_library_count(t));
     return 0;
 }
 
@@ -418,12 +420,15 @@ static int run_loop(struct session *s) {
             if (deadline - now < (uint64_t)POLL_MS * 1000000)
                 timeout = (int)((deadline - now) / 1000000) + 1;
         }
-        int n = epoll_wait(s->epfd, evs, 16, timeout);
+        int n = epoll_wait(s->epfd, evs, 16, s->backlog ? 0 : timeout);
         if (n < 0 && errno != EINTR)
             return -errno;
-        /* Drain first: records of a process that just exited are still queued. */
+        /* Drain first (records of a process that just exited are still
+         * queued), but in bounded slices so signals and timers stay live. */
+        s->ingest.budget = CONSUME_BUDGET;
         int err = ring_buffer__consume(s->rb);
-        if (err < 0 && err != -EINTR)
+        s->backlog = err == NP_INGEST_YIELD;
+        if (err < 0 && err != NP_INGEST_YIELD && err != -EINTR)
             np_warn("reading the ring buffer: %s", strerror(-err));
         for (int i = 0; i < n; i++) {
             uint64_t tag = evs[i].data.u64;
@@ -445,6 +450,38 @@ static int run_loop(struct session *s) {
 }
 
 /* ---- results -------------------------------------------------------------- */
+
+static uint64_t records_sent_by_bpf(struct session *s) {
+    static const __u32 sent[] = {NP_CNT_LAUNCH_SENT, NP_CNT_HANDLE_SENT, NP_CNT_MAP_SENT};
+    int ncpus = libbpf_num_possible_cpus();
+    uint64_t total = 0, n = 0;
+    for (size_t i = 0; ncpus > 0 && i < sizeof(sent) / sizeof(sent[0]); i++)
+        if (sum_percpu(bpf_map__fd(s->skel->maps.counters), sent[i], ncpus, &n) == 0)
+            total += n;
+    return total;
+}
+
+static uint64_t records_received(const struct session *s) {
+    const struct np_ingest_stats *st = &s->ingest.stats;
+    return st->launch_events + st->handle_events + st->map_events + st->malformed +
+           st->unknown_source;
+}
+
+/* Detach every probe, then read until everything BPF sent has arrived:
+ * a probe that was mid-flight when its link went away still delivers. Only
+ * then do the counts add up (hits = captured + dropped). */
+static void detach_and_drain(struct session *s) {
+    np_attacher_detach_all(&s->attacher);
+    s->ingest.budget = 0;
+    for (int i = 0; i < 200; i++) {
+        ring_buffer__consume(s->rb);
+        if (records_received(s) >= records_sent_by_bpf(s))
+            return;
+        usleep(1000);
+    }
+    np_warn("%llu records still in flight after detaching",
+            (unsigned long long)(records_sent_by_bpf(s) - records_received(s)));
+}
 
 static int write_summary(struct session *s) {
     int ncpus = libbpf_num_possible_cpus();
@@ -562,7 +599,8 @@ int np_cmd_record(int argc, char **argv) {
         err = start_command(&s);
     if (!err)
         err = run_loop(&s);
-    ring_buffer__consume(s.rb);
+    if (s.skel && s.rb)
+        detach_and_drain(&s);
 
 out:
     if (s.out) {

@@ -115,11 +115,26 @@ static const char *kernel_from_stub_frame(const char *stack, char *buf, size_t s
     return buf;
 }
 
-static int handle_launch(struct np_ingest *in, const struct np_launch_event *e, size_t size) {
+/* BPF flags a launch as nested when an earlier launch's activation still
+ * looks live on the stack; that is necessary, not sufficient (a caller's
+ * stack slots can outlive a call). It really is nested when it was called
+ * from inside the outer probe's library: libcudart or libnccl calling the
+ * driver on the user's behalf. */
+static bool really_nested(struct np_ingest *in, struct np_target *t,
+                          const struct np_launch_event *e) {
+    const struct np_probe_site *outer = np_attacher_site(in->attacher, e->outer_probe);
+    if (!(e->flags & NP_LF_NESTED) || !outer || outer->pid != t->pid ||
+        outer->lib_index >= t->nlibs || !e->ret_addr)
+        return false;
+    const struct np_frame *caller = np_symbolize(t->sym, e->ret_addr, true);
+    return strcmp(caller->module_path, t->libs[outer->lib_index].path) == 0;
+}
+
+static void handle_launch(struct np_ingest *in, const struct np_launch_event *e, size_t size) {
     if (size < NP_LAUNCH_FIXED_SIZE || e->n_ips > NP_MAX_STACK ||
         size < NP_LAUNCH_FIXED_SIZE + (size_t)e->n_ips * sizeof(e->ips[0])) {
         in->stats.malformed++;
-        return 0;
+        return;
     }
     const struct np_probe_site *site = np_attacher_site(in->attacher, e->probe_id);
     const struct np_probe_site *called = np_attacher_site(in->attacher, e->called_as);
@@ -128,13 +143,14 @@ static int handle_launch(struct np_ingest *in, const struct np_launch_event *e, 
         in->on_new_mapping(in->ctx, t, e->hdr.ts_ns);
     if (!site || !called || !t || !t->sym) {
         in->stats.unknown_source++;
-        return 0;
+        return;
     }
     in->stats.launch_events++;
     count_probe(in, e->called_as);
 
     struct np_launch l;
     np_launch_decode(e, called->def, &l);
+    l.nested = really_nested(in, t, e);
 
     struct np_str stack;
     np_str_init(&stack);
@@ -160,56 +176,64 @@ static int handle_launch(struct np_ingest *in, const struct np_launch_event *e, 
         np_output_launch(in->out, t, &l, np_str_cstr(&stack), kernel);
     }
     np_str_free(&stack);
-    return 0;
 }
 
-static int handle_handle(struct np_ingest *in, const struct np_handle_event *h, size_t size) {
+static void handle_handle(struct np_ingest *in, const struct np_handle_event *h, size_t size) {
     if (size < sizeof(*h)) {
         in->stats.malformed++;
-        return 0;
+        return;
     }
     const struct np_probe_site *site = np_attacher_site(in->attacher, h->probe_id);
     struct np_target *t = in->find_target(in->ctx, (pid_t)h->hdr.pid);
     if (!site || !t || !t->sym || !t->kernels) {
         in->stats.unknown_source++;
-        return 0;
+        return;
     }
     in->stats.handle_events++;
     int err = np_kernel_names_on_handle(t->kernels, t->sym, site->def, h);
     if (err)
         np_warn("pid %d: cannot record kernel handle: %s", t->pid, strerror(-err));
-    return 0;
 }
 
-static int handle_map(struct np_ingest *in, const struct np_map_event *m, size_t size) {
+static void handle_map(struct np_ingest *in, const struct np_map_event *m, size_t size) {
     if (size < sizeof(*m)) {
         in->stats.malformed++;
-        return 0;
+        return;
     }
     in->stats.map_events++;
     struct np_target *t = in->find_target(in->ctx, (pid_t)m->hdr.pid);
     if (t && in->on_new_mapping)
         in->on_new_mapping(in->ctx, t, m->hdr.ts_ns);
-    return 0;
 }
 
-int np_ingest_record(void *ctx, void *data, size_t size) {
-    struct np_ingest *in = ctx;
+static void dispatch(struct np_ingest *in, void *data, size_t size) {
     const struct np_event_header *h = data;
 
     if (size < sizeof(*h) || h->version != NP_EVENT_VERSION || h->size > size) {
         in->stats.malformed++;
-        return 0;
+        return;
     }
     switch (h->type) {
     case NP_EV_LAUNCH:
-        return handle_launch(in, data, h->size);
+        handle_launch(in, data, h->size);
+        break;
     case NP_EV_HANDLE:
-        return handle_handle(in, data, h->size);
+        handle_handle(in, data, h->size);
+        break;
     case NP_EV_MAP:
-        return handle_map(in, data, h->size);
+        handle_map(in, data, h->size);
+        break;
     default:
         in->stats.malformed++;
-        return 0;
+        break;
     }
+}
+
+int np_ingest_record(void *ctx, void *data, size_t size) {
+    struct np_ingest *in = ctx;
+
+    dispatch(in, data, size);
+    if (in->budget > 0 && --in->budget == 0)
+        return NP_INGEST_YIELD;
+    return 0;
 }

@@ -6,6 +6,7 @@
 #ifndef NP_INGEST_H
 #define NP_INGEST_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -24,12 +25,17 @@ struct np_ingest_stats {
     size_t per_probe_len;
 };
 
+/* np_ingest_record's result once `budget` records were handled: libbpf then
+ * stops consuming, so a producer faster than us cannot starve the loop. */
+#define NP_INGEST_YIELD (-EAGAIN)
+
 struct np_ingest {
     struct np_attacher *attacher;
     struct np_output *out;
     struct np_target *(*find_target)(void *ctx, pid_t pid);
     void (*on_new_mapping)(void *ctx, struct np_target *t, uint64_t ts_ns);
     void *ctx;
+    long budget; /* records left before yielding; <= 0: no limit */
     struct np_ingest_stats stats;
 };
 

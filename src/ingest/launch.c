@@ -62,7 +62,6 @@ void np_launch_decode(const struct np_launch_event *e, const struct np_probe_def
     memset(l, 0, sizeof(*l));
     l->ev = e;
     l->def = def;
-    l->nested = (e->flags & NP_LF_NESTED) != 0;
     l->datatype = l->redop = l->root = l->peer = -1;
 
     switch (def->layout) {

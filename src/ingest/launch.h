@@ -13,7 +13,7 @@
 struct np_launch {
     const struct np_launch_event *ev;
     const struct np_probe_def *def; /* the function the caller called */
-    bool nested;
+    bool nested;   /* set by ingest: runs inside another launch (see really_nested) */
     uint64_t func; /* host stub, cudaKernel_t, CUfunction or graph exec */
     bool has_dims;
     uint32_t grid[3], block[3];

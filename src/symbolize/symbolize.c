@@ -57,6 +57,7 @@ static void free_frame(void *p) {
         return;
     free((char *)f->name);
     free((char *)f->module);
+    free((char *)f->module_path);
     free(f);
 }
 
@@ -131,11 +132,13 @@ static struct np_frame *resolve(struct np_symbolizer *s, uint64_t pc) {
     if (!mod) {
         f->name = strdup("[unknown]");
         f->module = strdup("");
+        f->module_path = strdup("");
         goto out;
     }
     Dwarf_Addr start = 0;
     const char *mod_name = dwfl_module_info(mod, NULL, &start, NULL, NULL, NULL, NULL, NULL);
     f->module = strdup(basename_of(mod_name ? mod_name : ""));
+    f->module_path = strdup(mod_name ? mod_name : "");
     f->module_offset = pc - start;
 
     GElf_Off offset = 0;
@@ -156,7 +159,7 @@ static struct np_frame *resolve(struct np_symbolizer *s, uint64_t pc) {
         f->name = strdup(buf);
     }
 out:
-    if (!f->name || !f->module) {
+    if (!f->name || !f->module || !f->module_path) {
         free_frame(f);
         return NULL;
     }
@@ -164,7 +167,7 @@ out:
 }
 
 const struct np_frame *np_symbolize(struct np_symbolizer *s, uint64_t pc, bool is_return_address) {
-    static const struct np_frame oom = {"[unknown]", "", 0, false};
+    static const struct np_frame oom = {"[unknown]", "", "", 0, false};
     uint64_t lookup = is_return_address && pc ? pc - 1 : pc;
 
     struct np_frame *f = np_map_get_u64(&s->cache, lookup);

@@ -13,8 +13,9 @@
 struct np_symbolizer;
 
 struct np_frame {
-    const char *name;   /* short demangled name, or "[module+0xoff]", or "[unknown]" */
-    const char *module; /* basename of the module, "" when unknown */
+    const char *name;        /* short demangled name, or "[module+0xoff]", or "[unknown]" */
+    const char *module;      /* basename of the module, "" when unknown */
+    const char *module_path; /* the module's path as the target maps it */
     uint64_t module_offset;
     bool known; /* a symbol was found */
 };

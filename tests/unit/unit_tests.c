@@ -1,3 +1,270 @@
+/* unit_tests.c - unit tests for the pieces of ncclprobe that need no BPF:
+ * demangling, thunk decoding, /proc/PID/maps parsing, frame and JSON
+ * escaping, argument decoding and the writers (hostile names included).
+ * Prints "N passed, N failed" and exits non-zero on any failure. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "attach/elfscan.h"
+#include "attach/procmaps.h"
+#include "attach/target.h"
+#include "ingest/launch.h"
+#include "lib/hashmap.h"
+#include "lib/util.h"
+#include "symbolize/symbolize.h"
+#include "writers/json.h"
+#include "writers/output.h"
+
+static int passed, failed;
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            passed++;                                                                              \
+        } else {                                                                                   \
+            failed++;                                                                              \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                        \
+        }                                                                                          \
+    } while (0)
+
+static void check_str(const char *got, const char *want, const char *what) {
+    if (got && strcmp(got, want) == 0) {
+        passed++;
+        return;
+    }
+    failed++;
+    fprintf(stderr, "FAIL %s: got '%s', want '%s'\n", what, got ? got : "(null)", want);
+}
+
+static void test_demangle(void) {
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"main", "main"},
+        {"_Z6vecAddPfS_S_i", "vecAdd"},
+        {"_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_"
+         "11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_",
+         "at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+         "std::array<char*, 1ul> >"},
+        {"_ZNK3foo3barEv", "foo::bar"},
+        {"_ZN12_GLOBAL__N_13bazEi", "(anonymous namespace)::baz"},
+        {"_ZN3FoodlEPv", "Foo::operator delete"},
+        {"_Z16ncclLaunchKernelP8ncclCommP14ncclKernelPlan", "ncclLaunchKernel"},
+        {"_Znot_a_valid_name", "_Znot_a_valid_name"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *got = np_demangle_short(cases[i].in);
+        check_str(got, cases[i].out, cases[i].in);
+        free(got);
+    }
+}
+
+static void test_thunk(void) {
+    uint64_t target = 0;
+    /* libcudart 13: __cudaLaunchKernel_ptsz at 0x229b0 jumps to 0x4e6b0 */
+    const uint8_t cudart[] = {0x55, 0x48, 0x89, 0xe5, 0x5d, 0xe9, 0xf6, 0xbc, 0x02, 0x00};
+    CHECK(np_decode_thunk(cudart, sizeof(cudart), 0x229b0, &target) == 1);
+    CHECK(target == 0x4e6b0);
+    const uint8_t endbr_jmp[] = {0xf3, 0x0f, 0x1e, 0xfa, 0xeb, 0x10};
+    CHECK(np_decode_thunk(endbr_jmp, sizeof(endbr_jmp), 0x1000, &target) == 1);
+    CHECK(target == 0x1000 + 6 + 0x10);
+    const uint8_t backwards[] = {0xe9, 0xfb, 0xff, 0xff, 0xff}; /* jmp -5: itself */
+    CHECK(np_decode_thunk(backwards, sizeof(backwards), 0x2000, &target) == 1);
+    CHECK(target == 0x2000);
+    const uint8_t real_fn[] = {0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x10};
+    CHECK(np_decode_thunk(real_fn, sizeof(real_fn), 0x3000, &target) == 0);
+    const uint8_t truncated[] = {0xe9, 0x01};
+    CHECK(np_decode_thunk(truncated, sizeof(truncated), 0x3000, &target) == 0);
+}
+
+static void test_maps(void) {
+    const char *text =
+        "55d0c0a00000-55d0c0a01000 r--p 00000000 fe:01 1234   /usr/bin/prog\n"
+        "55d0c0a01000-55d0c0a02000 r-xp 00001000 fe:01 1234   /usr/bin/prog\n"
+        "7f0000000000-7f0000021000 rw-p 00000000 00:00 0 \n"
+        "7f1000000000-7f1000100000 r-xp 00010000 08:02 99 /opt/lib/lib cuda (copy).so\n"
+        "7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0      [stack]\n"
+        "garbage line\n"
+        "7ffd10000000-7ffd10002000 r-xp 00000000 00:00 0      [vdso]\n";
+    struct np_maps maps;
+    CHECK(np_maps_parse(text, &maps) == 0);
+    CHECK(maps.count == 3);
+    if (maps.count == 3) {
+        CHECK(!maps.items[0].exec && maps.items[1].exec);
+        CHECK(maps.items[1].start == 0x55d0c0a01000ull && maps.items[1].offset == 0x1000);
+        CHECK(maps.items[1].inode == 1234);
+        check_str(maps.items[2].path, "/opt/lib/lib cuda (copy).so", "path with spaces");
+    }
+    np_maps_free(&maps);
+}
+
+static void test_sanitize(void) {
+    char out[64];
+    np_sanitize_frame(out, sizeof(out), "a;b\nc\td e", false);
+    check_str(out, "a_b_c_d e", "frame sanitize");
+    np_output_safe_comm(out, sizeof(out), "py thon;\n");
+    check_str(out, "py_thon__", "comm sanitize");
+    np_output_safe_comm(out, sizeof(out), "");
+    check_str(out, "?", "empty comm");
+    np_sanitize_frame(out, 4, "abcdef", false);
+    check_str(out, "abc", "truncation");
+}
+
+static void test_json(void) {
+    struct np_str s;
+    np_str_init(&s);
+    np_json_string(&s, "q\"<&>\\\n\x01 caf\xc3\xa9 bad\xff\xfe end");
+    check_str(np_str_cstr(&s), "\"q\\\"<&>\\\\\\n\\u0001 caf\xc3\xa9 bad\\ufffd\\ufffd end\"",
+              "json escape");
+    np_str_free(&s);
+    char *clean = np_utf8_clean("ok\xc0\xaf\xed\xa0\x80z");
+    check_str(clean, "ok\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdz",
+              "overlong/surrogate replaced");
+    free(clean);
+}
+
+static void test_hashmap(void) {
+    struct np_map m;
+    np_map_init(&m);
+    int ok = 1;
+    for (uintptr_t i = 1; i <= 5000; i++)
+        ok &= np_map_put_u64(&m, i * 7919, (void *)i) == 0;
+    for (uintptr_t i = 1; i <= 5000; i++)
+        ok &= np_map_get_u64(&m, i * 7919) == (void *)i;
+    CHECK(ok); /* survives many resizes */
+    CHECK(np_map_get_u64(&m, 3) == NULL);
+    CHECK(np_map_put_str(&m, "k", (void *)42) == 0);
+    CHECK(np_map_get_str(&m, "k") == (void *)42);
+    CHECK(np_map_get_u64(&m, 0) == NULL);
+    np_map_free(&m, NULL);
+}
+
+static void test_decode(void) {
+    static struct np_launch_event e;
+    struct np_launch l;
+    memset(&e, 0, sizeof(e));
+    /* cudaLaunchKernel(f, {2,3,4}, {32,1,1}, args, 128, 0x5000) */
+    e.args[0] = 0x401000;
+    e.args[1] = 2ull | (3ull << 32);
+    e.args[2] = 4;
+    e.args[3] = 32ull | (1ull << 32);
+    e.args[4] = 1;
+    e.stack_args[0] = 128;
+    e.stack_args[1] = 0x5000;
+    np_launch_decode(&e, np_probe_def_by_symbol("cudaLaunchKernel"), &l);
+    CHECK(l.func == 0x401000 && l.grid[0] == 2 && l.grid[1] == 3 && l.grid[2] == 4);
+    CHECK(l.block[0] == 32 && l.block[1] == 1 && l.block[2] == 1);
+    CHECK(l.shmem == 128 && l.stream == 0x5000 && l.has_dims && !l.is_nccl_op);
+
+    /* cuLaunchKernelEx(&cfg, f, ...): cfg copied into deref */
+    uint32_t cfg[8] = {10, 1, 1, 32, 2, 1, 64, 0};
+    uint64_t stream = 0x5005;
+    memcpy(e.deref, cfg, sizeof(cfg));
+    memcpy(e.deref + 32, &stream, sizeof(stream));
+    e.args[0] = 0x7fff0000;
+    e.args[1] = 0x7001;
+    np_launch_decode(&e, np_probe_def_by_symbol("cuLaunchKernelEx"), &l);
+    CHECK(l.func == 0x7001 && l.grid[0] == 10 && l.block[1] == 2 && l.shmem == 64);
+    CHECK(l.stream == 0x5005);
+
+    /* ncclReduce(send, recv, count, dtype, op, root, comm@s0, stream@s1) */
+    uint64_t args[6] = {0x1000, 0x2000, 99, 7, 2, 3};
+    memcpy(e.args, args, sizeof(args));
+    e.stack_args[0] = 0xc0;
+    e.stack_args[1] = 0x5;
+    np_launch_decode(&e, np_probe_def_by_symbol("ncclReduce"), &l);
+    CHECK(l.is_nccl_op && l.count == 99 && l.datatype == 7 && l.redop == 2 && l.root == 3);
+    CHECK(l.comm == 0xc0 && l.stream == 0x5 && l.peer == -1);
+    check_str(np_nccl_datatype_name(9), "bfloat16", "datatype name");
+    check_str(np_nccl_redop_name(7), "custom", "user redop");
+    CHECK(np_nccl_datatype_size(6) == 2 && np_nccl_datatype_size(42) == 0);
+}
+
+static char *slurp(const char *dir, const char *name) {
+    char path[512], *text = NULL;
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    if (np_read_file(path, &text, NULL) < 0)
+        return NULL;
+    return text;
+}
+
+static void test_writers(void) {
+    char dir[] = "/tmp/ncclprobe-unit-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char out_dir[600];
+    snprintf(out_dir, sizeof(out_dir), "%s/a/b", dir); /* parents are created */
+    struct np_output *o = NULL;
+    CHECK(np_output_open(out_dir, &o) == 0);
+    if (!o)
+        return;
+
+    static struct np_launch_event e;
+    memset(&e, 0, sizeof(e));
+    e.hdr.ts_ns = 123;
+    e.hdr.pid = 7;
+    e.hdr.tid = 8;
+    e.cpu = 1;
+    memcpy(e.comm, "we;ird\ncomm x", 14);
+    struct np_launch l;
+    np_launch_decode(&e, np_probe_def_by_symbol("cudaLaunchKernel"), &l);
+    const char *stack = "main;fn<\"&'>;caf\xc3\xa9\xff";
+    for (int i = 0; i < 3; i++)
+        np_output_launch(o, NULL, &l, stack, "k;er\nnel");
+    np_launch_decode(&e, np_probe_def_by_symbol("cuLaunchKernel"), &l);
+    l.nested = true;
+    np_output_launch(o, NULL, &l, stack, "inner");
+    CHECK(np_output_totals(o)->launches == 3 && np_output_totals(o)->nested == 1);
+    CHECK(np_output_close(o) == 0);
+
+    char *ext = slurp(out_dir, "stacks.ext.folded");
+    char *folded = slurp(out_dir, "launches.folded");
+    char *jsonl = slurp(out_dir, "launches.jsonl");
+    char *stacks = slurp(out_dir, "stacks.jsonl");
+    CHECK(ext &&
+          strstr(ext,
+                 "123 we_ird_comm_x 7 8 1 main;fn<\"&'>;caf\xc3\xa9\xff;[GPU_Kernel]k_er_nel\n"));
+    CHECK(folded && strcmp(folded, "main;fn<\"&'>;caf\xc3\xa9\xff;[GPU_Kernel]k_er_nel 3\n") == 0);
+    CHECK(jsonl && strstr(jsonl, "\"comm\":\"we;ird\\ncomm x\"") &&
+          strstr(jsonl, "\"nested\":true"));
+    CHECK(stacks && strstr(stacks, "\"frames\":[\"main\",\"fn<\\\"&'>\",\"caf\xc3\xa9\\ufffd\"]"));
+    free(ext);
+    free(folded);
+    free(jsonl);
+    free(stacks);
+    char cmd[700];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+
+    /* An output directory under a regular file cannot be created. */
+    CHECK(np_output_open("/dev/null/x", &o) == -ENOTDIR);
+}
+
+static void test_parse(void) {
+    double d;
+    long v;
+    CHECK(np_parse_seconds("2.5", &d) == 0 && d == 2.5);
+    CHECK(np_parse_seconds("abc", &d) == -EINVAL);
+    CHECK(np_parse_seconds("-1", &d) == -EINVAL);
+    CHECK(np_parse_seconds("", &d) == -EINVAL);
+    CHECK(np_parse_seconds("nan", &d) == -EINVAL);
+    CHECK(np_parse_long("42", 1, 100, &v) == 0 && v == 42);
+    CHECK(np_parse_long("420", 1, 100, &v) == -ERANGE);
+    CHECK(np_parse_long("4x", 1, 100, &v) == -EINVAL);
+}
+
 int main(void) {
-    return 0;
+    test_demangle();
+    test_thunk();
+    test_maps();
+    test_sanitize();
+    test_json();
+    test_hashmap();
+    test_decode();
+    test_writers();
+    test_parse();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
 }

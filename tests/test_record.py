@@ -1,0 +1,230 @@
+"""ncclprobe record, end to end: real BPF uprobes on the CUDA toolkit's real
+libcudart.so.13 (and its driver stub libcuda), real processes.
+
+Expected values come from the workloads' source (tests/progs/README.md) and
+from the counts the workloads print themselves - never from ncclprobe."""
+
+import signal
+import time
+
+import pytest
+
+from conftest import (PROGS, PROGS_ENV, Attached, Workload, needs_bpf, needs_real_cudart,
+                      record, thread_lines)
+
+pytestmark = needs_bpf
+
+# variant -> (API the caller calls, kernel name, extra frames under libb_launch, arguments)
+VARIANTS = {
+    "rt": ("cudaLaunchKernel", "vector_add_kernel", [],
+           dict(grid=[2, 3, 4], block=[32, 1, 1], shmem=128, stream="0x5000")),
+    "rt_ptsz": ("cudaLaunchKernel_ptsz", "vector_add_kernel", [],
+                dict(grid=[2, 3, 4], block=[32, 1, 1], shmem=128, stream="0x5000")),
+    "rt_exc": ("cudaLaunchKernelExC", "vector_add_kernel", [],
+               dict(grid=[5, 6, 7], block=[64, 1, 1], shmem=256, stream="0x5001")),
+    "rt_coop": ("cudaLaunchCooperativeKernel", "vector_add_kernel", [],
+                dict(grid=[8, 1, 1], block=[128, 1, 1], shmem=0, stream="0x5002")),
+    "graph": ("cudaGraphLaunch", "<graph cudaGraphLaunch>", [],
+              dict(func="0x6000", stream="0x5003")),
+    "drv": ("cuLaunchKernel", "<unnamed 0x7000>", [],
+            dict(grid=[9, 1, 1], block=[256, 1, 1], shmem=512, stream="0x5004", func="0x7000")),
+    "drv_ex": ("cuLaunchKernelEx", "<unnamed 0x7001>", [],
+               dict(grid=[10, 1, 1], block=[32, 2, 1], shmem=64, stream="0x5005",
+                    func="0x7001")),
+    "drv_graph": ("cuGraphLaunch", "<graph cuGraphLaunch>", [],
+                  dict(func="0x6001", stream="0x5006")),
+    "rt13": ("__cudaLaunchKernel", "scale_kernel",
+             ["kern_launch_scale", "__device_stub__Z12scale_kernelPfi"],
+             dict(grid=[3, 1, 1], block=[64, 1, 1], shmem=0, stream="0x5007")),
+}
+
+
+def variants_here():
+    names = [v for v in VARIANTS if v != "rt13"]
+    if PROGS_ENV.get("HAVE_RT13") == "1":
+        names.append("rt13")
+    return names
+
+
+def expected_tail(variant):
+    api, kernel, extra, _ = VARIANTS[variant]
+    return ["run_worker", "liba_submit", "libb_launch", *extra, api, f"[GPU_Kernel]{kernel}"]
+
+
+def assert_consistent_totals(rec):
+    """Every probe hit is either captured or counted as dropped."""
+    totals = rec.summary["totals"]
+    assert totals["events_captured"] + totals["events_dropped"] == totals["probe_hits"]
+    assert totals["malformed_records"] == 0
+
+
+@needs_real_cudart
+def test_every_launch_variant_exact_stacks_counts_and_arguments(tmp_path):
+    variants = variants_here()
+    rec = record(tmp_path, ["--", PROGS / "launcher", "--threads", "3", "--iters", "7",
+                            "--variant", ",".join(variants)])
+    assert rec.returncode == 0, rec.stderr
+    expected = thread_lines(rec.stdout)  # {(tid, variant): launches}
+    assert len(expected) == 3 * len(variants)
+
+    # Per thread and per API, the counts the program printed.
+    api_of = {v: VARIANTS[v][0] for v in variants}
+    want = {}
+    for (tid, variant), n in expected.items():
+        want[(tid, api_of[variant])] = want.get((tid, api_of[variant]), 0) + n
+    got = {}
+    for ts, comm, pid, tid, cpu, frames in rec.ext_lines():
+        assert comm == "launcher"
+        api = frames[-2]
+        variant = next(v for v in variants if api_of[v] == api)
+        # The whole chain from the thread entry down to the launch, exactly.
+        assert frames[-len(expected_tail(variant)) - 1:] == ["worker_thread"] + expected_tail(
+            variant), frames
+        got[(tid, api)] = got.get((tid, api), 0) + 1
+    assert got == want
+
+    # Decoded arguments, per API.
+    for launch in rec.jsonl("launches.jsonl"):
+        variant = next(v for v in variants if api_of[v] == launch["api"])
+        for key, value in VARIANTS[variant][3].items():
+            assert launch[key] == value, (variant, key, launch)
+        assert launch["kernel"] == VARIANTS[variant][1]
+        assert launch["nested"] is False
+
+    # The aggregated flamegraph input carries the same totals.
+    folded = rec.folded()
+    for variant in variants:
+        key_tail = ";".join(expected_tail(variant))
+        n = sum(c for stack, c in folded.items() if stack.endswith(key_tail))
+        assert n == 3 * 7, (variant, folded)
+    assert_consistent_totals(rec)
+    s = rec.summary
+    assert s["totals"]["launches"] == 3 * 7 * len(variants)
+    assert s["totals"]["events_dropped"] == 0
+    assert s["stop_reason"] == "targets exited"
+    assert s["launches_by_kernel"]["vector_add_kernel"] == 4 * 3 * 7
+
+
+@needs_real_cudart
+@pytest.mark.skipif(PROGS_ENV.get("HAVE_RT13") != "1", reason="nvcc not found: no rt13 kernel")
+def test_cuda13_triple_chevron_is_one_launch_named_after_its_kernel(tmp_path):
+    """__cudaLaunchKernel tail-jumps into cudaLaunchKernel in libcudart 13: one
+    launch, reported as the function the caller called."""
+    rec = record(tmp_path, ["--", PROGS / "launcher", "--iters", "4", "--variant", "rt13"])
+    assert rec.returncode == 0, rec.stderr
+    rows = rec.ext_lines()
+    assert len(rows) == 4
+    assert all(r[5][-2:] == ["__cudaLaunchKernel", "[GPU_Kernel]scale_kernel"] for r in rows)
+    probes = {p["symbol"]: p for p in rec.summary["probes"] if p["pid"] == rows[0][2]}
+    assert probes["__cudaLaunchKernel"]["role"] == "thunk"
+    assert probes["__cudaLaunchKernel"]["hits"] == 4
+    assert probes["__cudaLaunchKernel"]["launches"] == 4
+    assert probes["cudaLaunchKernel"]["launches"] == 0
+
+
+@needs_real_cudart
+def test_attach_to_running_process_by_pid(tmp_path, workloads):
+    w = Workload([PROGS / "launcher", "--wait-signal", "--threads", "2", "--iters", "25",
+                  "--variant", "rt,drv_ex"])
+    workloads.append(w)
+    probe = Attached(tmp_path, [w.pid])
+    probe.wait_attached()
+    w.go()
+    out, _ = w.finish()
+    rec = probe.finish()
+    assert rec.returncode == 0, rec.stderr
+    expected = thread_lines(out)
+    got = {}
+    for _, _, pid, tid, _, frames in rec.ext_lines():
+        assert pid == w.pid
+        variant = "rt" if frames[-2] == "cudaLaunchKernel" else "drv_ex"
+        assert frames[-6:] == ["worker_thread"] + expected_tail(variant)
+        got[(tid, variant)] = got.get((tid, variant), 0) + 1
+    assert got == expected
+    assert rec.summary["stop_reason"] == "targets exited"
+    assert_consistent_totals(rec)
+
+
+@needs_real_cudart
+def test_library_dlopened_after_attach_is_probed(tmp_path, workloads):
+    w = Workload([PROGS / "late_loader", "--iters", "5", "--settle-ms", "300",
+                  PROGS_ENV["CUDART_PATH"]])
+    workloads.append(w)
+    probe = Attached(tmp_path, [w.pid])
+    assert "waiting for one" in probe.wait_attached()
+    w.go()
+    out, _ = w.finish()
+    rec = probe.finish()
+    assert rec.returncode == 0, rec.stderr
+    stacks = [r[5] for r in rec.ext_lines()]
+    assert len(stacks) == 5 == sum(thread_lines(out).values())
+    for frames in stacks:
+        assert frames[-4:] == ["main", "late_launch", "cudaLaunchKernel",
+                               "[GPU_Kernel]late_kernel"]
+    libs = {l["path"]: l for t in rec.summary["targets"] for l in t["libraries"]}
+    cudart = next(l for p, l in libs.items() if "libcudart" in p)
+    assert cudart["loaded_after_attach"] is True
+    # Probes were in place well within the 300 ms the program waits.
+    assert 0 <= cudart["attach_latency_ms"] < 300
+
+
+@needs_real_cudart
+def test_duration_stops_the_recording_and_flushes(tmp_path, workloads):
+    w = Workload([PROGS / "launcher", "--wait-signal", "--loop-until-signal", "--sleep-us",
+                  "2000", "--variant", "rt"])
+    workloads.append(w)
+    w.go()
+    start = time.time()
+    rec = record(tmp_path, ["--pid", str(w.pid), "--duration", "1.5"])
+    elapsed = time.time() - start
+    assert rec.returncode == 0, rec.stderr
+    assert 1.4 < elapsed < 10
+    s = rec.summary
+    assert s["stop_reason"] == "duration"
+    assert s["totals"]["launches"] == len(rec.ext_lines()) > 10
+    assert sum(rec.folded().values()) == s["totals"]["launches"]
+    assert_consistent_totals(rec)
+    w.proc.send_signal(signal.SIGTERM)
+
+
+@needs_real_cudart
+@pytest.mark.parametrize("sig,reason", [(signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM")])
+def test_signal_stops_the_recording_and_flushes(tmp_path, workloads, sig, reason):
+    w = Workload([PROGS / "launcher", "--wait-signal", "--loop-until-signal", "--sleep-us",
+                  "1000", "--variant", "rt"])
+    workloads.append(w)
+    probe = Attached(tmp_path, [w.pid])
+    probe.wait_attached()
+    w.go()
+    time.sleep(1.0)
+    rec = probe.stop(sig)
+    assert rec.returncode == 0, rec.stderr
+    s = rec.summary
+    assert s["stop_reason"] == reason
+    assert s["totals"]["launches"] == len(rec.ext_lines()) > 10
+    assert_consistent_totals(rec)
+    w.proc.send_signal(signal.SIGTERM)
+
+
+@needs_real_cudart
+def test_overflow_is_counted_never_silent(tmp_path, workloads):
+    """A tiny ring buffer that is read only every 100 ms overflows under a
+    launch storm: every lost event is counted, per probe and in total."""
+    w = Workload([PROGS / "launcher", "--wait-signal", "--loop-until-signal", "--threads", "2",
+                  "--variant", "rt"])
+    workloads.append(w)
+    probe = Attached(tmp_path, [w.pid], extra=["--ring-buffer-mb", "1", "--wakeup-kb",
+                                               "1048576"])
+    probe.wait_attached()
+    w.go()
+    time.sleep(1.0)
+    rec = probe.stop()
+    w.proc.send_signal(signal.SIGTERM)
+    assert rec.returncode == 0, rec.stderr
+    totals = rec.summary["totals"]
+    assert totals["events_dropped"] > 0
+    assert_consistent_totals(rec)
+    per_probe = [p for p in rec.summary["probes"] if p["symbol"] == "cudaLaunchKernel"]
+    assert sum(p["dropped"] for p in per_probe) == totals["events_dropped"]
+    assert len(rec.ext_lines()) == totals["launches"] == totals["events_captured"]
+    assert "ring buffer overflowed" in rec.stderr
