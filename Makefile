@@ -77,9 +77,10 @@ test-unit: $(BUILD)/unit_tests
 test-e2e: $(BUILD)/ncclprobe $(BUILD)/progs/.built $(BUILD)/demo/.built
 	NCCLPROBE_BUILD=$(abspath $(BUILD)) $(PYTHON) -m pytest -q -rs tests/
 
-test: test-unit
-	$(MAKE) SAN=1 test-unit
-	$(MAKE) test-e2e
+# Unit and end-to-end tests, on the normal build and again on the
+# AddressSanitizer/UBSan build (LeakSanitizer fails a run that leaks).
+test: test-unit test-e2e
+	$(MAKE) SAN=1 test-unit test-e2e
 
 bench: $(BUILD)/ncclprobe $(BUILD)/progs/.built
 	bench/run.sh $(BUILD)

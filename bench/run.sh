@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# bench/run.sh [BUILD] - ncclprobe benchmarks (see bench/README.md).
+#
+# Builds BUILD/bench/launch_loop, then runs bench/bench.py: per-launch added
+# latency (no tracer, ncclprobe, ncclprobe --wakeup-kb 0, bpftrace, perf) and
+# the highest launch rate ncclprobe holds without drops. Prints the results
+# table and writes it to bench/results-latest.md. Needs root, bpftrace, perf,
+# bpftool and the CUDA toolkit's libcudart.so.13. About 3-4 minutes.
+#
+# Environment overrides: CUDA_HOME (/usr/local/cuda), BENCH_ROUNDS (5),
+# BENCH_ITERS (200000), BENCH_DEPTH (10), BENCH_RATES
+# (50000,100000,200000,400000,800000,0; 0 = as fast as possible),
+# BENCH_RATE_SECONDS (2), BENCH_ARGS (more bench.py options).
+set -euo pipefail
+
+BUILD=${1:-build}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+CC=${CC:-gcc}
+PYTHON=/usr/bin/python3
+
+[ "$(id -u)" = 0 ] || { echo "bench/run.sh: needs root (BPF, uprobes, perf probe)" >&2; exit 1; }
+[ -x "$BUILD/ncclprobe" ] || { echo "bench/run.sh: $BUILD/ncclprobe not built (run make)" >&2; exit 1; }
+[ -e "$CUDA_HOME/lib64/libcudart.so.13" ] ||
+    { echo "bench/run.sh: no $CUDA_HOME/lib64/libcudart.so.13" >&2; exit 1; }
+
+# RUNPATH: BUILD/progs first when it holds the toolkit's stub libcuda.so.1 (as
+# the test workloads do), so every launch fails fast even where a driver and
+# GPU exist; then the toolkit's lib64 for the real libcudart.so.13.
+BUILD_ABS=$(cd "$BUILD" && pwd)
+RPATH=()
+[ -e "$BUILD_ABS/progs/libcuda.so.1" ] && RPATH+=("-Wl,-rpath,$BUILD_ABS/progs")
+RPATH+=("-Wl,-rpath,$CUDA_HOME/lib64")
+
+mkdir -p "$BUILD_ABS/bench"
+LOOP="$BUILD_ABS/bench/launch_loop"
+if [ ! -x "$LOOP" ] || [ "$HERE/launch_loop.c" -nt "$LOOP" ]; then
+    "$CC" -std=c11 -O2 -g -fno-omit-frame-pointer -Wall -Wextra -Werror \
+        -I"$CUDA_HOME/include" "$HERE/launch_loop.c" -o "$LOOP" \
+        -L"$CUDA_HOME/lib64" -lcudart "${RPATH[@]}"
+fi
+
+# shellcheck disable=SC2086
+exec "$PYTHON" "$HERE/bench.py" --build "$BUILD" --launch-loop "$LOOP" \
+    --rounds "${BENCH_ROUNDS:-5}" --iters "${BENCH_ITERS:-200000}" \
+    --depth "${BENCH_DEPTH:-10}" \
+    --rates "${BENCH_RATES:-50000,100000,200000,400000,800000,0}" \
+    --rate-seconds "${BENCH_RATE_SECONDS:-2}" \
+    --out "$HERE/results-latest.md" ${BENCH_ARGS:-}

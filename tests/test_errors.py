@@ -1,0 +1,150 @@
+"""Bad input gets a clear error and the documented exit code: 2 for usage,
+1 for failures. Each case runs the real binary."""
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import NCCLPROBE, PROGS, Attached, Workload, needs_bpf, run_ncclprobe
+
+USAGE, FAILURE = 2, 1
+
+
+def dead_pid():
+    """A pid that certainly has no process: one that just exited."""
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+@pytest.mark.parametrize("args,message", [
+    ([], "usage"),
+    (["record"], "nothing to record"),
+    (["frobnicate"], "unknown command 'frobnicate'"),
+    (["record", "--pid", "12x"], "invalid pid '12x'"),
+    (["record", "--pid", "0"], "invalid pid '0'"),
+    (["record", "--pid", "1", "--duration", "abc"], "invalid --duration 'abc'"),
+    (["record", "--pid", "1", "--duration", "-3"], "invalid --duration '-3'"),
+    (["record", "--pid", "1", "--duration", "0"], "invalid --duration '0'"),
+    (["record", "--pid", "1", "--ring-buffer-mb", "3"], "power of two"),
+    (["record", "--pid", "1", "--bogus"], "usage"),
+    (["record", "--pid", "1", "--", "true"], "either --pid or -- CMD"),
+])
+def test_usage_errors_exit_2(args, message):
+    proc = run_ncclprobe(args)
+    assert proc.returncode == USAGE, proc.stderr
+    assert message in proc.stderr
+
+
+def test_help_and_version_exit_0():
+    assert run_ncclprobe(["--version"]).stdout.startswith("ncclprobe ")
+    help_text = run_ncclprobe(["record", "--help"])
+    assert help_text.returncode == 0 and "--pid PID" in help_text.stdout
+
+
+@needs_bpf
+def test_no_such_pid(tmp_path):
+    pid = dead_pid()
+    proc = run_ncclprobe(["record", "-o", tmp_path / "out", "--pid", pid])
+    assert proc.returncode == FAILURE
+    assert f"no such process: {pid}" in proc.stderr
+
+
+@needs_bpf
+def test_pid_without_cuda_fails_with_no_wait(tmp_path):
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        proc = run_ncclprobe(["record", "-o", tmp_path / "out", "--pid", sleeper.pid,
+                              "--no-wait"])
+        assert proc.returncode == FAILURE
+        assert "has no CUDA or NCCL library loaded" in proc.stderr
+    finally:
+        sleeper.kill()
+
+
+@needs_bpf
+def test_pid_without_cuda_waits_by_default(tmp_path):
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        start = time.time()
+        proc = run_ncclprobe(["record", "-o", tmp_path / "out", "--pid", sleeper.pid,
+                              "--duration", "1"])
+        assert proc.returncode == 0, proc.stderr
+        assert "waiting for one" in proc.stderr
+        assert time.time() - start >= 1.0
+        assert (tmp_path / "out" / "summary.json").exists()
+    finally:
+        sleeper.kill()
+
+
+@needs_bpf
+def test_not_root_is_refused_with_a_hint(tmp_path):
+    os.chmod(tmp_path, 0o777)
+    proc = run_ncclprobe(["record", "-o", tmp_path / "out", "--pid", "1"], user=65534)
+    assert proc.returncode == FAILURE
+    assert "permission denied" in proc.stderr and "CAP_BPF" in proc.stderr
+
+
+@needs_bpf
+def test_kernel_without_btf(tmp_path):
+    fake_sys = tmp_path / "sys"
+    (fake_sys / "bus/event_source/devices/uprobe").mkdir(parents=True)
+    (fake_sys / "bus/event_source/devices/uprobe/type").write_text("7\n")
+    proc = run_ncclprobe(["record", "-o", tmp_path / "out", "--pid", "1"],
+                         env={"NCCLPROBE_SYSFS": str(fake_sys)})
+    assert proc.returncode == FAILURE
+    assert "no BTF" in proc.stderr and "CONFIG_DEBUG_INFO_BTF" in proc.stderr
+
+
+@needs_bpf
+def test_kernel_without_uprobes(tmp_path):
+    fake_sys = tmp_path / "sys"
+    (fake_sys / "kernel/btf").mkdir(parents=True)
+    (fake_sys / "kernel/btf/vmlinux").symlink_to("/sys/kernel/btf/vmlinux")
+    proc = run_ncclprobe(["record", "-o", tmp_path / "out", "--pid", "1"],
+                         env={"NCCLPROBE_SYSFS": str(fake_sys)})
+    assert proc.returncode == FAILURE
+    assert "no uprobe support" in proc.stderr
+
+
+@needs_bpf
+@pytest.mark.parametrize("where", ["under-a-file", "in-proc"])
+def test_output_dir_not_writable(tmp_path, where):
+    if where == "under-a-file":
+        (tmp_path / "plain").write_text("x")
+        out = tmp_path / "plain" / "rec"
+    else:
+        out = Path("/proc/ncclprobe-cannot-write-here")
+    proc = run_ncclprobe(["record", "-o", out, "--pid", "1"])
+    assert proc.returncode == FAILURE
+    assert f"cannot write the output directory {out}" in proc.stderr
+
+
+@needs_bpf
+def test_command_not_found(tmp_path):
+    proc = run_ncclprobe(["record", "-o", tmp_path / "out", "--", "/nonexistent/cmd"])
+    assert proc.returncode == FAILURE
+    assert "command not found: /nonexistent/cmd" in proc.stderr
+
+
+@needs_bpf
+def test_target_is_never_blocked_when_ncclprobe_is_killed(tmp_path, workloads):
+    """kill -9 of the tracer: the workload runs on and finishes normally, and
+    no uprobe of ours stays behind."""
+    w = Workload([PROGS / "launcher", "--wait-signal", "--iters", "200", "--sleep-us", "2000",
+                  "--variant", "rt"])
+    workloads.append(w)
+    probe = Attached(tmp_path, [w.pid])
+    probe.wait_attached()
+    w.go()
+    time.sleep(0.2)
+    probe.proc.kill()
+    probe.proc.wait()
+    out, _ = w.finish(timeout=30)
+    assert w.proc.returncode == 0
+    assert "launches=200" in out
+    links = subprocess.run(["bpftool", "link", "list"], capture_output=True, text=True).stdout
+    assert "np_entry" not in links
