@@ -82,7 +82,7 @@ class Proc:
     def alive(self):
         return self.p.poll() is None
 
-    def signal(self, sig):
+    def send(self, sig):
         if self.alive():
             try:
                 os.kill(self.pid, sig)
@@ -98,10 +98,10 @@ class Proc:
     def stop(self, sig=signal.SIGTERM, timeout=30.0):
         """Signal (if still running), wait, then SIGKILL as a last resort."""
         if self.alive():
-            self.signal(sig)
+            self.send(sig)
             if self.wait(timeout) is None:
                 log(f"  {self.name} (pid {self.pid}) ignored {sig.name}; killing it")
-                self.signal(signal.SIGKILL)
+                self.send(signal.SIGKILL)
                 self.wait(10)
         for t in self.threads:
             t.join(5)
@@ -163,7 +163,7 @@ class Ncclprobe(Tracer):
     def stop(self, proc):
         # It stops by itself once the target exits; SIGINT if it has not.
         if proc.wait(3) is None:
-            proc.signal(signal.SIGINT)
+            proc.send(signal.SIGINT)
         if proc.stop(signal.SIGINT, 60) != 0:
             raise RuntimeError(f"{self.name} exited with {proc.p.returncode}:\n{proc.text()}")
 
@@ -259,7 +259,7 @@ def one_run(launch_loop, tracer, ll_args, settle_s=0.3):
             raise RuntimeError(f"launch_loop did not start:\n{wl.text()}")
         tp = tracer.start(wl.pid, workdir)
         time.sleep(settle_s)  # let the tracer's start-up work finish
-        wl.signal(signal.SIGUSR1)
+        wl.send(signal.SIGUSR1)
         if wl.wait(300) is None:
             raise RuntimeError("launch_loop did not finish")
         wl.stop()

@@ -228,3 +228,66 @@ def test_overflow_is_counted_never_silent(tmp_path, workloads):
     assert sum(p["dropped"] for p in per_probe) == totals["events_dropped"]
     assert len(rec.ext_lines()) == totals["launches"] == totals["events_captured"]
     assert "ring buffer overflowed" in rec.stderr
+
+
+def test_driver_launches_are_named_from_the_calls_that_made_their_handles(tmp_path,
+                                                                          workloads):
+    """libfakecuda.so is a test double (the real driver needs a GPU): it hands
+    out handles from cuModuleGetFunction / cuLibraryGetKernel +
+    cuKernelGetFunction. A handle made before ncclprobe attached stays
+    unnamed, and says so."""
+    w = Workload([PROGS / "driver_user", "--iters", "4", "--wait-signal"])
+    workloads.append(w)
+    probe = Attached(tmp_path, [w.pid])
+    probe.wait_attached()
+    w.go()
+    out, _ = w.finish()
+    rec = probe.finish()
+    assert rec.returncode == 0, rec.stderr
+    kernels = {}
+    for *_, frames in rec.ext_lines():
+        assert frames[-4:-2] == ["main", "run_step"]
+        kernels[(frames[-2], frames[-1])] = kernels.get((frames[-2], frames[-1]), 0) + 1
+    unnamed = [k for k in kernels if k[1].startswith("[GPU_Kernel]<unnamed 0x")]
+    assert kernels.pop(("cuLaunchKernel", "[GPU_Kernel]matmul_tile")) == 4
+    assert kernels.pop(("cuLaunchKernelEx", "[GPU_Kernel]softmax_kernel")) == 4
+    assert len(unnamed) == 1 and unnamed[0][0] == "cuLaunchKernel"
+    assert kernels == {unnamed[0]: 4}
+    assert "early_kernel launches=4" in out
+
+
+@needs_real_cudart
+def test_each_copy_of_a_library_in_one_process_is_probed(tmp_path, workloads):
+    """Two virtualenvs, two copies of libcudart in one process: both probed,
+    launches attributed to the copy that ran them."""
+    copies = []
+    for name in ("venv_a", "venv_b"):
+        d = tmp_path / name
+        d.mkdir()
+        copy = d / "libcudart.so.13"
+        copy.write_bytes(open(PROGS_ENV["CUDART_PATH"], "rb").read())
+        copies.append(copy)
+    script = r"""
+import ctypes, os, signal, sys
+class dim3(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+libs = [ctypes.CDLL(p) for p in sys.argv[1:3]]
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+print("ready", os.getpid(), flush=True)
+signal.sigwait({signal.SIGUSR1})
+for lib, n in zip(libs, (3, 5)):
+    for _ in range(n):
+        lib.cudaLaunchKernel(ctypes.c_void_p(0x1234), dim3(1, 1, 1), dim3(1, 1, 1), None,
+                             ctypes.c_size_t(0), None)
+"""
+    w = Workload(["/usr/bin/python3", "-c", script, *copies])
+    workloads.append(w)
+    probe = Attached(tmp_path, [w.pid])
+    probe.wait_attached()
+    w.go()
+    w.finish()
+    rec = probe.finish()
+    assert rec.returncode == 0, rec.stderr
+    launches = {p["library"]: p["launches"] for p in rec.summary["probes"]
+                if p["symbol"] == "cudaLaunchKernel"}
+    assert launches == {str(copies[0]): 3, str(copies[1]): 5}
