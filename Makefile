@@ -85,11 +85,14 @@ test: test-unit test-e2e
 bench: $(BUILD)/ncclprobe $(BUILD)/progs/.built
 	bench/run.sh $(BUILD)
 
+FORMATTED := $(BPF_SRC) $(SRCS) $(HEADERS) tests/unit/*.c $(wildcard tests/progs/*.[ch] \
+	tests/progs/*.cc tools/demo/*.[ch] tools/demo/standin/*.[ch] bench/*.c)
+
 format:
-	clang-format -i $(BPF_SRC) $(SRCS) $(HEADERS) tests/unit/*.c
+	clang-format -i $(FORMATTED)
 
 format-check:
-	clang-format --dry-run --Werror $(BPF_SRC) $(SRCS) $(HEADERS) tests/unit/*.c
+	clang-format --dry-run --Werror $(FORMATTED)
 
 clean:
 	rm -rf build

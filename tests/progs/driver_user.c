@@ -29,8 +29,7 @@ CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel);
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                         unsigned by, unsigned bz, unsigned shmem, void *stream, void **params,
                         void **extra);
-CUresult cuLaunchKernelEx(const launch_config *config, CUfunction f, void **params,
-                          void **extra);
+CUresult cuLaunchKernelEx(const launch_config *config, CUfunction f, void **params, void **extra);
 
 static CUfunction matmul, softmax, early;
 
