@@ -24,7 +24,7 @@ endif
 WARN     := -Wall -Wextra -Werror
 CFLAGS   ?= -O2 -g
 CPPFLAGS := -Iinclude -Isrc -I$(BUILD)
-LIBS     := -lbpf -ldw -lelf -lz -lcjson -lstdc++
+LIBS     := -lbpf -ldw -lelf -lz -lcjson -lstdc++ -lpthread
 
 BPF_SRC  := bpf/ncclprobe.bpf.c
 SRCS     := $(sort $(wildcard src/*/*.c))

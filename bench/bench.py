@@ -168,7 +168,7 @@ class Ncclprobe(Tracer):
             raise RuntimeError(f"{self.name} exited with {proc.p.returncode}:\n{proc.text()}")
 
     def events(self, proc, workdir):
-        return read_summary(os.path.join(workdir, "rec"))["totals"]["probe_hits"]
+        return read_summary(os.path.join(workdir, "rec"))["totals"]["events_captured"]
 
 
 class Bpftrace(Tracer):
@@ -247,9 +247,34 @@ class PerfProbe:
 # ---- one run ---------------------------------------------------------------------
 
 
+def irq_work_count():
+    """IRQ-work interrupts so far, all CPUs (a forced ring-buffer wake-up raises one)."""
+    try:
+        with open("/proc/interrupts") as f:
+            for line in f:
+                if line.split(":")[0].strip() == "IWI":
+                    return sum(int(x) for x in line.split(":", 1)[1].split() if x.isdigit())
+    except OSError:
+        pass
+    return None
+
+
+def cpu_seconds(pid):
+    """utime + stime of a (possibly zombie, not yet reaped) process, in seconds."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def one_run(launch_loop, tracer, ll_args, settle_s=0.3):
     """Start launch_loop --wait-signal, attach the tracer, run, stop everything.
-    Returns (launch_loop's result dict, events the tracer saw or None)."""
+    Returns a dict: launch_loop's figures (ns_per_launch, launches, elapsed_s,
+    rate), events (what the tracer saw, or None), summary (ncclprobe's
+    summary.json), iwi (IRQ-work interrupts during the run) and tracer_cpu_s
+    (the tracer's CPU time from the start signal to the workload's exit)."""
     workdir = tempfile.mkdtemp(prefix="ncclprobe-bench-")
     wl = tp = None
     try:
@@ -259,23 +284,28 @@ def one_run(launch_loop, tracer, ll_args, settle_s=0.3):
             raise RuntimeError(f"launch_loop did not start:\n{wl.text()}")
         tp = tracer.start(wl.pid, workdir)
         time.sleep(settle_s)  # let the tracer's start-up work finish
+        cpu0 = cpu_seconds(tp.pid) if tp else None
+        iwi0 = irq_work_count()
         wl.send(signal.SIGUSR1)
         if wl.wait(300) is None:
             raise RuntimeError("launch_loop did not finish")
+        iwi1 = irq_work_count()
+        cpu1 = cpu_seconds(tp.pid) if tp else None
         wl.stop()
         res = wl.wait_line(r"ns_per_launch=", 5, key="out")
         if wl.p.returncode != 0 or not res:
             raise RuntimeError(f"launch_loop failed ({wl.p.returncode}):\n{wl.text()}")
-        result = parse_kv(res.string)
-        events = None
+        out = parse_kv(res.string)
+        out["iwi"] = iwi1 - iwi0 if iwi0 is not None and iwi1 is not None else None
+        out["tracer_cpu_s"] = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
+        out["events"] = out["summary"] = None
         if tp:
             tracer.stop(tp)
             tp_done, tp = tp, None
-            events = tracer.events(tp_done, workdir)
-        summary = None
-        if isinstance(tracer, Ncclprobe):
-            summary = read_summary(os.path.join(workdir, "rec"))
-        return result, events, summary
+            out["events"] = tracer.events(tp_done, workdir)
+            if isinstance(tracer, Ncclprobe):
+                out["summary"] = read_summary(os.path.join(workdir, "rec"))
+        return out
     finally:
         for p in (tp, wl):
             if p is not None and p.alive():
@@ -290,53 +320,87 @@ def bench_latency(args, tracers):
     ll_args = ["--iters", str(args.iters), "--warmup", str(args.warmup),
                "--depth", str(args.depth)]
     expected = args.iters + args.warmup
-    ns = {t.name: [] for t in tracers}
-    seen = {t.name: [] for t in tracers}
+    runs = {t.name: [] for t in tracers}
     for r in range(args.rounds):
         # Interleave, rotating the order every round so no configuration
         # always runs first or right after the same neighbour.
         order = tracers[r % len(tracers):] + tracers[:r % len(tracers)]
         for t in order:
-            res, ev, _ = one_run(args.launch_loop, t, ll_args)
-            ns[t.name].append(res["ns_per_launch"])
-            if ev is not None:
-                seen[t.name].append(ev)
+            res = one_run(args.launch_loop, t, ll_args)
+            runs[t.name].append(res)
+            ev = res["events"]
             log(f"  round {r + 1}/{args.rounds} {t.name:<18} {res['ns_per_launch']:9.1f} ns/launch"
-                + (f"  events={ev}" if ev is not None else ""))
+                + (f"  events={ev}" if ev is not None else "")
+                + (f"  irq_work={res['iwi']}" if res["iwi"] is not None else ""))
+    base = [x["ns_per_launch"] for x in runs["baseline"]]
     rows = []
-    base = ns["baseline"]
-    added = {}
     for t in tracers:
+        ns = [x["ns_per_launch"] for x in runs[t.name]]
         # Added latency: median over rounds of (traced - baseline) in the same round.
-        diffs = [x - b for x, b in zip(ns[t.name], base)]
-        added[t.name] = median(diffs)
+        diffs = [x - b for x, b in zip(ns, base)]
+        launches = [x["launches"] + args.warmup for x in runs[t.name]]
+        iwi = [x["iwi"] / n * 1000 for x, n in zip(runs[t.name], launches)
+               if x["iwi"] is not None]
+        cpu = [x["tracer_cpu_s"] / n * 1e6 for x, n in zip(runs[t.name], launches)
+               if x["tracer_cpu_s"] is not None]
+        ev = [x["events"] for x in runs[t.name] if x["events"] is not None]
+        drops = [x["summary"]["totals"]["events_dropped"] for x in runs[t.name] if x["summary"]]
         rows.append({
-            "name": t.name, "label": t.label, "median": median(ns[t.name]),
-            "min": min(ns[t.name]), "max": max(ns[t.name]), "added": median(diffs),
-            "events": seen[t.name], "expected": expected,
+            "name": t.name, "label": t.label, "ns": ns, "median": median(ns),
+            "min": min(ns), "max": max(ns), "added": median(diffs), "diffs": diffs,
+            "events": ev, "expected": expected, "drops": drops,
+            "iwi_per_k": median(iwi) if iwi else None,
+            "cpu_us": median(cpu) if cpu else None,
         })
-    return rows, added, ns
+    return rows
 
 
 def bench_rates(args, np_bin):
-    rows = []
+    """Each target rate args.rate_reps times (the whole sweep repeated, so the
+    repetitions of one rate are spread out); per rate the medians, and the
+    worst repetition's drops."""
     t = Ncclprobe("ncclprobe", "ncclprobe", np_bin)
+    runs = {rate: [] for rate in args.rates}
+    for rep in range(args.rate_reps):
+        for rate in args.rates:
+            ll_args = ["--rate", str(rate), "--duration", str(args.rate_seconds),
+                       "--warmup", "0", "--depth", str(args.depth)]
+            res = one_run(args.launch_loop, t, ll_args)
+            tot = res["summary"]["totals"]
+            win = res["elapsed_s"]
+            hits = tot["probe_hits"]
+            run = {
+                "achieved": res["rate"], "hits": hits, "captured": tot["events_captured"],
+                "dropped": tot["events_dropped"],
+                "drop_pct": 100.0 * tot["events_dropped"] / hits if hits else 0.0,
+                "consumer_eps": tot["events_captured"] / win if win else 0.0,
+                "ns_per_launch": res["ns_per_launch"],
+                "iwi_per_k": res["iwi"] / hits * 1000 if hits and res["iwi"] is not None
+                else None,
+                "cpu_pct": 100.0 * res["tracer_cpu_s"] / win
+                if win and res["tracer_cpu_s"] is not None else None,
+            }
+            runs[rate].append(run)
+            log(f"  rep {rep + 1}/{args.rate_reps} rate {rate_label(rate):>5}: achieved "
+                f"{run['achieved']:>7.0f}/s captured={run['captured']} "
+                f"dropped={run['dropped']} ({run['drop_pct']:.2f}%) "
+                f"{run['ns_per_launch']:.0f} ns/launch call")
+    rows = []
     for rate in args.rates:
-        ll_args = ["--rate", str(rate), "--duration", str(args.rate_seconds), "--warmup", "0",
-                   "--depth", str(args.depth)]
-        res, _, summary = one_run(args.launch_loop, t, ll_args)
-        tot = summary["totals"]
-        hits, dropped, captured = tot["probe_hits"], tot["events_dropped"], tot["events_captured"]
-        row = {
-            "rate": rate, "achieved": res["rate"], "launches": int(res["launches"]),
-            "window_s": res["elapsed_s"], "hits": hits, "captured": captured,
-            "dropped": dropped, "drop_pct": 100.0 * dropped / hits if hits else 0.0,
-            "consumer_eps": captured / res["elapsed_s"] if res["elapsed_s"] else 0.0,
-            "summary_duration_s": summary["duration_s"], "ns_per_launch": res["ns_per_launch"],
-        }
-        rows.append(row)
-        log(f"  rate {rate_label(rate):>6}: achieved {row['achieved']:>9.0f}/s  hits={hits} "
-            f"captured={captured} dropped={dropped} ({row['drop_pct']:.2f}%)")
+        rs = runs[rate]
+        worst = max(rs, key=lambda r: r["dropped"])
+
+        def med(key):
+            xs = [r[key] for r in rs if r[key] is not None]
+            return median(xs) if xs else None
+
+        rows.append({
+            "rate": rate, "reps": len(rs), "achieved": med("achieved"), "hits": worst["hits"],
+            "captured": worst["captured"], "dropped": worst["dropped"],
+            "drop_pct": worst["drop_pct"], "consumer_eps": med("consumer_eps"),
+            "ns_per_launch": med("ns_per_launch"), "iwi_per_k": med("iwi_per_k"),
+            "cpu_pct": med("cpu_pct"),
+        })
     return rows
 
 
@@ -371,9 +435,13 @@ def leftovers(perf_probe):
 
 
 def fmt_ratio(a, b):
-    if b is None or b != b or b <= 0 or a != a:
+    if a is None or b is None or b != b or a != a or b <= 0:
         return "n/a"
     return f"{a / b:.2f}x"
+
+
+def fmt_opt(x, fmt):
+    return "-" if x is None else format(x, fmt)
 
 
 def report(args, lat, rates, clean):
@@ -394,72 +462,86 @@ def report(args, lat, rates, clean):
     lines.append(f"- machine: {os.cpu_count()} CPUs ({cpu}), kernel {platform.release()}, "
                  "no GPU (every launch fails at once; the uprobe still fires)")
     lines.append(f"- tools: {np_v or 'ncclprobe'}, {bpftrace_v}, {perf_v}")
-    lines.append(f"- workload: launch_loop --depth {args.depth} (stack of {args.depth + 5} frames "
-                 f"from _start), cudaLaunchKernel in {CUDART}")
+    lines.append(f"- workload: launch_loop --depth {args.depth}: cudaLaunchKernel in {CUDART}, "
+                 f"{args.depth + 5} user frames from _start")
     lines.append("")
     if lat:
-        rows, added, ns = lat
-        lines.append(f"## Per-launch latency ({args.rounds} interleaved rounds, "
-                     f"{args.iters} timed launches each, median of per-batch means)")
+        by = {r["name"]: r for r in lat}
+        added = {k: v["added"] for k, v in by.items()}
+        lines.append(f"## Per-launch latency ({args.rounds} interleaved rounds x "
+                     f"{args.iters} timed launches, median of per-batch means)")
         lines.append("")
         lines.append("| configuration | ns/launch (median) | min - max | added ns/launch "
-                     "| ncclprobe added / this added | events seen / launches |")
-        lines.append("|---|---:|---:|---:|---:|---:|")
-        for r in rows:
-            ev = r["events"]
-            evs = "-" if not ev else f"{median(ev):.0f} / {r['expected']}"
-            ratio = "-" if r["name"] in ("baseline",) else fmt_ratio(added["ncclprobe"],
-                                                                     r["added"])
-            add = "-" if r["name"] == "baseline" else f"{r['added']:.0f}"
+                     "| ncclprobe added / this added | events seen / launches "
+                     "| IRQ-work interrupts per 1k launches | tracer CPU us per launch |")
+        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for r in lat:
+            base = r["name"] == "baseline"
+            ev = "-" if not r["events"] else f"{median(r['events']):.0f} / {r['expected']}"
+            if r["drops"] and max(r["drops"]):
+                ev += f" ({max(r['drops'])} dropped)"
+            ratio = "-" if base else fmt_ratio(added["ncclprobe"], r["added"])
+            add = "-" if base else f"{r['added']:.0f}"
             lines.append(f"| {r['label']} | {r['median']:.0f} | {r['min']:.0f} - {r['max']:.0f} "
-                         f"| {add} | {ratio} |  {evs} |")
+                         f"| {add} | {ratio} | {ev} | {fmt_opt(r['iwi_per_k'], '.0f')} "
+                         f"| {'-' if base else fmt_opt(r['cpu_us'], '.2f')} |")
         lines.append("")
         a = added
-        lines.append("Added-latency ratios (lower is better for ncclprobe): "
+        lines.append("Added-latency ratios (ncclprobe default options; below 1 means ncclprobe "
+                     "adds less): "
                      f"ncclprobe / bpftrace = {fmt_ratio(a.get('ncclprobe'), a.get('bpftrace'))}, "
-                     f"ncclprobe / perf = {fmt_ratio(a.get('ncclprobe'), a.get('perf'))}, "
-                     f"ncclprobe --wakeup-kb 0 / ncclprobe = "
+                     f"ncclprobe / perf = {fmt_ratio(a.get('ncclprobe'), a.get('perf'))}; "
+                     f"--wakeup-kb 0 / default = "
                      f"{fmt_ratio(a.get('ncclprobe-wakeup0'), a.get('ncclprobe'))}.")
         lines.append("")
-        lines.append("Per-round ns/launch: " + "; ".join(
-            f"{k}: " + ", ".join(f"{x:.0f}" for x in v) for k, v in ns.items()))
+        lines.append("Per-round ns/launch (in run order within each round):")
+        lines.append("")
+        for r in lat:
+            lines.append(f"- {r['name']}: " + ", ".join(f"{x:.0f}" for x in r["ns"]))
         lines.append("")
     if rates:
         lines.append(f"## Launch rate vs drops (ncclprobe record, default options, "
-                     f"~{args.rate_seconds:g} s per rate)")
+                     f"~{args.rate_seconds:g} s per rate, {args.rate_reps} sweeps)")
+        lines.append("")
+        lines.append("Medians over the sweeps; hits, captured and dropped are from the sweep "
+                     "that dropped the most.")
         lines.append("")
         lines.append("| target rate/s | achieved rate/s | probe hits | captured | dropped "
-                     "| drop % | consumer events/s (captured / launch window) |")
-        lines.append("|---|---:|---:|---:|---:|---:|---:|")
+                     "| drop % | consumer events/s | ns per launch call "
+                     "| IRQ-work per 1k launches | ncclprobe CPU % |")
+        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for r in rates:
             lines.append(f"| {rate_label(r['rate'])} | {r['achieved']:.0f} | {r['hits']} "
                          f"| {r['captured']} | {r['dropped']} | {r['drop_pct']:.2f} "
-                         f"| {r['consumer_eps']:.0f} |")
+                         f"| {r['consumer_eps']:.0f} | {r['ns_per_launch']:.0f} "
+                         f"| {fmt_opt(r['iwi_per_k'], '.0f')} | {fmt_opt(r['cpu_pct'], '.0f')} |")
         lines.append("")
         clean_rows = [r for r in rates if r["dropped"] == 0]
         first_drop = next((r for r in rates if r["dropped"] > 0), None)
         if clean_rows:
             best = max(clean_rows, key=lambda r: r["achieved"])
-            lines.append(f"Highest rate held with zero drops: {best['achieved']:.0f} launches/s "
-                         f"(target {rate_label(best['rate'])}).")
+            lines.append(f"- Highest rate held with zero drops: {best['achieved']:.0f} "
+                         f"launches/s (target {rate_label(best['rate'])}).")
         else:
-            lines.append("Every rate dropped events.")
+            lines.append("- Every rate dropped events.")
         if first_drop:
-            lines.append(f"First rate with drops: target {rate_label(first_drop['rate'])} "
+            lines.append(f"- First rate with drops: target {rate_label(first_drop['rate'])} "
                          f"(achieved {first_drop['achieved']:.0f}/s), "
                          f"{first_drop['drop_pct']:.2f}% dropped.")
         else:
-            lines.append("No rate dropped events (\"max\" is as fast as the traced loop "
-                         "can launch).")
+            lines.append("- No rate dropped events; \"max\" is as fast as the traced loop "
+                         "can launch, so the tracer's own cost caps the rate before the "
+                         "reader does.")
         peak = max(rates, key=lambda r: r["consumer_eps"])
-        lines.append(f"Consumer throughput: {peak['consumer_eps']:.0f} events/s captured "
-                     f"(best run; events_captured / launch window; a lower bound on what the "
-                     f"reader can sustain when nothing was dropped).")
+        lines.append(f"- Consumer throughput: {peak['consumer_eps']:.0f} events/s "
+                     f"(events_captured / launch window, best rate"
+                     + ("; nothing dropped there, so a lower bound on what the reader can "
+                        "sustain)." if peak["dropped"] == 0 else ")."))
         lines.append("")
     lines.append("## Clean-up")
     lines.append("")
-    lines.append("Nothing left behind (no links or perf events held by our processes, no perf "
-                 "probe, no process still running)." if not clean else
+    lines.append("Nothing left behind (no BPF links or perf events held by our processes, no "
+                 "perf probe, no process still running)." if not clean else
                  "LEFT BEHIND: " + "; ".join(clean))
     lines.append("")
     return "\n".join(lines)
@@ -477,9 +559,12 @@ def main():
     ap.add_argument("--rates", default="50000,100000,200000,400000,800000,0",
                     help="comma-separated target rates, 0 = as fast as possible")
     ap.add_argument("--rate-seconds", type=float, default=2.0)
+    ap.add_argument("--rate-reps", type=int, default=2)
     ap.add_argument("--out", default=None)
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--skip-rates", action="store_true")
+    ap.add_argument("--no-diagnostic", dest="diagnostic", action="store_false",
+                    help="leave out the ncclprobe --wakeup-kb 1048576 configuration")
     args = ap.parse_args()
     args.ncclprobe = os.path.abspath(os.path.join(args.build, "ncclprobe"))
     args.launch_loop = os.path.abspath(args.launch_loop)
@@ -506,13 +591,17 @@ def main():
             Ncclprobe("ncclprobe", "ncclprobe record", args.ncclprobe),
             Ncclprobe("ncclprobe-wakeup0", "ncclprobe record --wakeup-kb 0", args.ncclprobe,
                       ["--wakeup-kb", "0"]),
+            Ncclprobe("ncclprobe-nowake",
+                      "ncclprobe record --ring-buffer-mb 256 --wakeup-kb 1048576 (diagnostic)",
+                      args.ncclprobe, ["--ring-buffer-mb", "256", "--wakeup-kb", "1048576"]),
             Bpftrace("bpftrace", "bpftrace @[ustack] = count()"),
             Perf("perf", "perf record -g (perf probe)"),
         ]
         if not args.skip_latency:
             perf_probe.setup()
             log(f"latency: {args.rounds} rounds x {len(tracers)} configurations")
-            lat = bench_latency(args, tracers)
+            lat = bench_latency(args, [t for t in tracers
+                                       if t.name != "ncclprobe-nowake" or args.diagnostic])
             perf_probe.teardown()
         if not args.skip_rates:
             log("rates: " + ", ".join(rate_label(r) for r in args.rates))

@@ -7,10 +7,11 @@
 # table and writes it to bench/results-latest.md. Needs root, bpftrace, perf,
 # bpftool and the CUDA toolkit's libcudart.so.13. About 3-4 minutes.
 #
-# Environment overrides: CUDA_HOME (/usr/local/cuda), BENCH_ROUNDS (5),
+# Environment overrides: CUDA_HOME (/usr/local/cuda), BENCH_ROUNDS (7),
 # BENCH_ITERS (200000), BENCH_DEPTH (10), BENCH_RATES
 # (50000,100000,200000,400000,800000,0; 0 = as fast as possible),
-# BENCH_RATE_SECONDS (2), BENCH_ARGS (more bench.py options).
+# BENCH_RATE_SECONDS (2), BENCH_RATE_REPS (2), BENCH_ARGS (more bench.py
+# options, e.g. --no-diagnostic, --skip-rates).
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -42,8 +43,8 @@ fi
 
 # shellcheck disable=SC2086
 exec "$PYTHON" "$HERE/bench.py" --build "$BUILD" --launch-loop "$LOOP" \
-    --rounds "${BENCH_ROUNDS:-5}" --iters "${BENCH_ITERS:-200000}" \
+    --rounds "${BENCH_ROUNDS:-7}" --iters "${BENCH_ITERS:-200000}" \
     --depth "${BENCH_DEPTH:-10}" \
     --rates "${BENCH_RATES:-50000,100000,200000,400000,800000,0}" \
-    --rate-seconds "${BENCH_RATE_SECONDS:-2}" \
+    --rate-seconds "${BENCH_RATE_SECONDS:-2}" --rate-reps "${BENCH_RATE_REPS:-2}" \
     --out "$HERE/results-latest.md" ${BENCH_ARGS:-}

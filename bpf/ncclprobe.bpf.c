@@ -24,6 +24,7 @@ char LICENSE[] SEC("license") = "GPL";
 
 /* Set by user space before load. */
 const volatile __u64 wakeup_bytes = 256 * 1024; /* wake the reader past this backlog */
+const volatile __u32 stack_bytes = 0; /* user stack to copy for DWARF unwinding; 0: fp stacks */
 
 struct {
     __uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -93,9 +94,11 @@ struct {
     __type(value, struct np_handle_event);
 } handle_by_tid SEC(".maps");
 
-/* Scratch for building a launch event: too big for the 512-byte BPF stack. */
+/* Scratch for building a launch event, one slot per CPU (user space sets
+ * max_entries to the number of possible CPUs). Too big for the 512-byte BPF
+ * stack, and over the 32 KiB value limit of per-CPU arrays. */
 struct {
-    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(type, BPF_MAP_TYPE_ARRAY);
     __uint(max_entries, 1);
     __type(key, __u32);
     __type(value, struct np_launch_event);
@@ -192,25 +195,61 @@ static __always_inline void copy_deref(struct np_launch_event *e, const struct n
         e->flags |= NP_LF_DEREF_ERR;
 }
 
-static __always_inline __u32 capture_stack(struct pt_regs *ctx, struct np_launch_event *e) {
-    long n = bpf_get_stack(ctx, e->ips, sizeof(e->ips), BPF_F_USER_STACK);
+static __always_inline __u32 capture_fp_stack(struct pt_regs *ctx, struct np_launch_event *e) {
+    long n = bpf_get_stack(ctx, e->data, NP_MAX_STACK * sizeof(__u64), BPF_F_USER_STACK);
     if (n < 0) {
         e->flags |= NP_LF_STACK_ERR;
         e->stack_err = n;
-        e->ips[0] = PT_REGS_IP(ctx);
+        e->data[0] = PT_REGS_IP(ctx);
         return 1;
     }
     return n / sizeof(__u64);
 }
 
+static long stack_vma_end(struct task_struct *task, struct vm_area_struct *vma, void *ctx) {
+    *(__u64 *)ctx = vma->vm_end;
+    return 0;
+}
+
+#define NP_PAGE 4096
+
+/* DWARF modes: copy up to stack_bytes of the user stack from sp, page by
+ * page, stopping at the end of the stack's mapping or at the first page
+ * that is not present - a thread's never-touched static TLS sits above its
+ * outermost frame, inside the same mapping - so every live frame is kept. */
+static __always_inline __u32 copy_user_stack(struct np_launch_event *e) {
+    __u64 end = 0, len = stack_bytes, copied = 0;
+    __u8 *dst = (__u8 *)&e->data[1];
+
+    bpf_find_vma(bpf_get_current_task_btf(), e->sp, stack_vma_end, &end, 0);
+    if (end > e->sp && end - e->sp < len)
+        len = end - e->sp;
+    if (len > NP_MAX_STACK_BYTES)
+        len = NP_MAX_STACK_BYTES;
+    __u64 chunk = NP_PAGE - (e->sp & (NP_PAGE - 1)); /* up to the first page boundary */
+    for (int i = 0; i <= NP_MAX_STACK_BYTES / NP_PAGE; i++) {
+        if (chunk > len - copied)
+            chunk = len - copied;
+        if (chunk == 0 || chunk > NP_PAGE || copied > NP_MAX_STACK_BYTES - NP_PAGE)
+            break;
+        if (bpf_probe_read_user(dst + copied, chunk, (void *)(e->sp + copied)) != 0)
+            break;
+        copied += chunk;
+        chunk = NP_PAGE;
+    }
+    if (copied == 0)
+        e->flags |= NP_LF_STACK_ERR;
+    return copied;
+}
+
 static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_probe_cfg *cfg,
                                        __u32 probe_id, __u64 pid_tgid) {
-    __u32 zero = 0;
-    struct np_launch_event *e = bpf_map_lookup_elem(&launch_scratch, &zero);
+    __u32 cpu = bpf_get_smp_processor_id();
+    struct np_launch_event *e = bpf_map_lookup_elem(&launch_scratch, &cpu);
     if (!e)
         return 0;
 
-    e->cpu = bpf_get_smp_processor_id();
+    e->cpu = cpu;
     e->probe_id = probe_id;
     e->called_as = probe_id;
     e->outer_probe = 0;
@@ -218,6 +257,7 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
     e->stack_err = 0;
     bpf_get_current_comm(e->comm, sizeof(e->comm));
     e->sp = PT_REGS_SP(ctx);
+    e->bp = PT_REGS_FP(ctx);
     read_reg_args(ctx, e->args);
     e->ret_addr = 0;
     bpf_probe_read_user(&e->ret_addr, sizeof(e->ret_addr), (void *)e->sp);
@@ -229,10 +269,18 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
     if (cfg->deref_arg >= 0)
         copy_deref(e, cfg);
 
-    __u32 n = capture_stack(ctx, e);
-    if (n > NP_MAX_STACK)
-        n = NP_MAX_STACK;
+    __u32 n = 1, copied = 0;
+    if (stack_bytes) {
+        e->flags |= NP_LF_STACK_COPY;
+        e->data[0] = PT_REGS_IP(ctx);
+        copied = copy_user_stack(e);
+    } else {
+        n = capture_fp_stack(ctx, e);
+        if (n > NP_MAX_STACK)
+            n = NP_MAX_STACK;
+    }
     e->n_ips = n;
+    e->stack_len = copied;
 
     __u32 tid = (__u32)pid_tgid;
     if (cfg->role == NP_ROLE_LAUNCH) {
@@ -240,7 +288,7 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
         track_scope(e, tid);
     }
 
-    __u32 size = NP_LAUNCH_FIXED_SIZE + n * sizeof(__u64);
+    __u32 size = NP_LAUNCH_FIXED_SIZE + n * sizeof(__u64) + copied;
     if (size > sizeof(*e))
         size = sizeof(*e);
     fill_header(&e->hdr, NP_EV_LAUNCH, size, pid_tgid);
@@ -293,11 +341,17 @@ static __always_inline void report_loader_change(__u64 pid_tgid) {
         count(NP_CNT_MAP_DROPPED);
 }
 
-SEC("uprobe")
-int np_entry(struct pt_regs *ctx) {
+/* Set by user space when the recording stops: from then on nothing is
+ * counted or sent, so the final counts add up without waiting for the
+ * (slow) removal of every uprobe. */
+volatile __u32 stopped;
+
+static __always_inline int on_entry(struct pt_regs *ctx) {
     __u32 probe_id = (__u32)bpf_get_attach_cookie(ctx);
     __u64 pid_tgid = bpf_get_current_pid_tgid();
 
+    if (stopped)
+        return 0;
     struct np_probe_cfg *cfg = bpf_map_lookup_elem(&probe_cfg, &probe_id);
     if (!cfg)
         return 0;
@@ -324,12 +378,13 @@ int np_entry(struct pt_regs *ctx) {
     return 0;
 }
 
-SEC("uretprobe")
-int np_return(struct pt_regs *ctx) {
+static __always_inline int on_return(struct pt_regs *ctx) {
     __u32 probe_id = (__u32)bpf_get_attach_cookie(ctx);
     __u64 pid_tgid = bpf_get_current_pid_tgid();
     __u32 tid = (__u32)pid_tgid;
 
+    if (stopped)
+        return 0;
     struct np_probe_cfg *cfg = bpf_map_lookup_elem(&probe_cfg, &probe_id);
     if (!cfg || cfg->pid != pid_tgid >> 32)
         return 0;
@@ -354,4 +409,27 @@ int np_return(struct pt_regs *ctx) {
     }
     bpf_map_delete_elem(&handle_by_tid, &tid);
     return 0;
+}
+
+/* The same programs twice: attached one uprobe per perf event (any kernel
+ * with uprobe cookies), or many uprobes per uprobe_multi link (Linux 6.6+;
+ * user space loads these with that attach type). */
+SEC("uprobe")
+int np_entry(struct pt_regs *ctx) {
+    return on_entry(ctx);
+}
+
+SEC("uretprobe")
+int np_return(struct pt_regs *ctx) {
+    return on_return(ctx);
+}
+
+SEC("uprobe")
+int np_entry_multi(struct pt_regs *ctx) {
+    return on_entry(ctx);
+}
+
+SEC("uretprobe")
+int np_return_multi(struct pt_regs *ctx) {
+    return on_return(ctx);
 }

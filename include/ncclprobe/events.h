@@ -25,6 +25,7 @@
 #define NP_DEREF_BYTES 128
 #define NP_NAME_LEN 128
 #define NP_MAX_PROBES 16384
+#define NP_MAX_STACK_BYTES 65536 /* upper bound of --stack-bytes */
 
 enum np_event_type {
     NP_EV_LAUNCH = 1, /* a probed launch / NCCL API entry (struct np_launch_event) */
@@ -72,11 +73,12 @@ struct np_probe_cfg {
 };
 
 enum np_launch_flags {
-    NP_LF_NESTED = 1u << 0,    /* fired inside another launch probe's activation, same thread */
-    NP_LF_VIA_THUNK = 1u << 1, /* entered through a thunk: called_as names the thunk */
-    NP_LF_STACK_ERR = 1u << 2, /* bpf_get_stack failed: stack_err holds the error */
-    NP_LF_DEREF_ERR = 1u << 3, /* copying the dereferenced argument failed */
-    NP_LF_ARGS_ERR = 1u << 4,  /* reading the stack-passed arguments failed */
+    NP_LF_NESTED = 1u << 0,     /* fired inside another launch probe's activation, same thread */
+    NP_LF_VIA_THUNK = 1u << 1,  /* entered through a thunk: called_as names the thunk */
+    NP_LF_STACK_ERR = 1u << 2,  /* bpf_get_stack failed: stack_err holds the error */
+    NP_LF_DEREF_ERR = 1u << 3,  /* copying the dereferenced argument failed */
+    NP_LF_ARGS_ERR = 1u << 4,   /* reading the stack-passed arguments failed */
+    NP_LF_STACK_COPY = 1u << 5, /* data[] holds a stack copy for DWARF unwinding */
 };
 
 struct np_launch_event {
@@ -89,19 +91,30 @@ struct np_launch_event {
     __s32 stack_err;
     char comm[NP_COMM_LEN];
     __u64 sp;                        /* user stack pointer at entry */
+    __u64 bp;                        /* user frame pointer register at entry */
     __u64 ret_addr;                  /* [sp] at entry: the return address into the caller */
     __u64 args[NP_REG_ARGS];         /* rdi rsi rdx rcx r8 r9 */
     __u64 stack_args[NP_STACK_ARGS]; /* [sp+8], [sp+16], ... */
     __u8 deref[NP_DEREF_BYTES];      /* probe_cfg's dereferenced argument */
-    __u32 n_ips;                     /* entries of ips[] that were sent */
-    __u32 pad;
-    /* bpf_get_stack's user stack: ips[0] is the probed function, then the
-     * frame-pointer chain. Kernels before 6.12 miss the caller at a function
-     * entry (it is not on the chain yet); user space inserts ret_addr then. */
-    __u64 ips[NP_MAX_STACK];
+    __u32 n_ips;                     /* instruction pointers at the start of data[] */
+    __u32 stack_len;                 /* user stack bytes copied from sp upwards, after them */
+    /* Frame-pointer mode: data[] holds bpf_get_stack's user stack - ips[0] is
+     * the probed function, then the frame-pointer chain (kernels before 6.12
+     * miss the caller at a function entry; user space inserts ret_addr then).
+     * DWARF modes: one ip (the probed function), then stack_len bytes of the
+     * user stack starting at sp, unwound in user space. */
+    __u64 data[NP_MAX_STACK + NP_MAX_STACK_BYTES / 8];
 };
 
-#define NP_LAUNCH_FIXED_SIZE __builtin_offsetof(struct np_launch_event, ips)
+#define NP_LAUNCH_FIXED_SIZE __builtin_offsetof(struct np_launch_event, data)
+
+static inline const __u64 *np_launch_ips(const struct np_launch_event *e) {
+    return e->data;
+}
+
+static inline const __u8 *np_launch_stack(const struct np_launch_event *e) {
+    return (const __u8 *)(e->data + e->n_ips);
+}
 
 struct np_handle_event {
     struct np_event_header hdr;

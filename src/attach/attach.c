@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,12 +17,14 @@
 #include "attach/elfscan.h"
 #include "attach/procmaps.h"
 #include "attach/target.h"
+#include "attach/uprobe_multi.h"
 #include "lib/util.h"
 #include "ncclprobe.skel.h"
 
-void np_attacher_init(struct np_attacher *a, struct ncclprobe_bpf *skel) {
+void np_attacher_init(struct np_attacher *a, struct ncclprobe_bpf *skel, bool use_multi) {
     memset(a, 0, sizeof(*a));
     a->skel = skel;
+    a->use_multi = use_multi;
     np_map_init(&a->scan_cache);
 }
 
@@ -33,16 +36,53 @@ static void free_scan(void *p) {
     free(scan);
 }
 
-void np_attacher_detach_all(struct np_attacher *a) {
-    for (size_t i = 0; i < a->nsites; i++) {
-        bpf_link__destroy(a->sites[i].link);
-        bpf_link__destroy(a->sites[i].ret_link);
-        a->sites[i].link = a->sites[i].ret_link = NULL;
+/* Removing a uprobe waits for an RCU grace period (tens to hundreds of ms
+ * on a busy machine), one per link: destroy links from several threads so
+ * the waits overlap instead of adding up. */
+#define DETACH_THREADS 16
+
+struct detach_work {
+    struct np_attacher *a;
+    size_t next; /* next site to detach, shared */
+};
+
+/* Work item i: a uprobe_multi link first, then the per-probe links. */
+static void *detach_worker(void *arg) {
+    struct detach_work *w = arg;
+    for (;;) {
+        size_t i = __atomic_fetch_add(&w->next, 1, __ATOMIC_RELAXED);
+        if (i < w->a->nmulti) {
+            close(w->a->multi_fds[i]);
+            w->a->multi_fds[i] = -1;
+            continue;
+        }
+        i -= w->a->nmulti;
+        if (i >= w->a->nsites)
+            return NULL;
+        struct np_probe_site *s = &w->a->sites[i];
+        bpf_link__destroy(s->link);
+        bpf_link__destroy(s->ret_link);
+        s->link = s->ret_link = NULL;
     }
+}
+
+void np_attacher_detach_all(struct np_attacher *a) {
+    struct detach_work work = {a, 0};
+    pthread_t threads[DETACH_THREADS];
+    int started = 0;
+
+    while (started < DETACH_THREADS && (size_t)started * 2 < a->nsites + a->nmulti &&
+           pthread_create(&threads[started], NULL, detach_worker, &work) == 0)
+        started++;
+    detach_worker(&work); /* this thread helps, and does it all if none started */
+    for (int i = 0; i < started; i++)
+        pthread_join(threads[i], NULL);
+    a->nmulti = 0;
 }
 
 void np_attacher_destroy(struct np_attacher *a) {
     np_attacher_detach_all(a);
+    free(a->multi_fds);
     free(a->sites);
     np_map_free(&a->scan_cache, free_scan);
     memset(a, 0, sizeof(*a));
@@ -85,15 +125,18 @@ static struct np_probe_cfg site_cfg(const struct np_probe_site *s) {
     return cfg;
 }
 
-/* Writes the probe's configuration, then attaches entry (and, for handle
- * producers, return) uprobes. The config must be in place first: the probe
+/* The probe's configuration must be in BPF before its uprobe exists: it
  * can fire the moment it is attached. */
-static int attach_site(struct np_attacher *a, struct np_probe_site *s, const char *binary) {
+static int write_site_cfg(struct np_attacher *a, const struct np_probe_site *s) {
     struct np_probe_cfg cfg = site_cfg(s);
     if (bpf_map__update_elem(a->skel->maps.probe_cfg, &s->id, sizeof(s->id), &cfg, sizeof(cfg),
                              BPF_ANY) < 0)
         return -errno;
+    return 0;
+}
 
+/* One perf-event uprobe per probe (and a uretprobe for handle producers). */
+static int attach_site(struct np_attacher *a, struct np_probe_site *s, const char *binary) {
     LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = s->id);
     s->link =
         bpf_program__attach_uprobe_opts(a->skel->progs.np_entry, s->pid, binary, s->offset, &opts);
@@ -107,6 +150,66 @@ static int attach_site(struct np_attacher *a, struct np_probe_site *s, const cha
             return -errno;
     }
     return 0;
+}
+
+static int remember_multi_link(struct np_attacher *a, int fd) {
+    if (a->nmulti == a->multi_cap) {
+        size_t ncap = a->multi_cap ? a->multi_cap * 2 : 16;
+        int *fds = realloc(a->multi_fds, ncap * sizeof(*fds));
+        if (!fds)
+            return -ENOMEM;
+        a->multi_fds = fds;
+        a->multi_cap = ncap;
+    }
+    a->multi_fds[a->nmulti++] = fd;
+    return 0;
+}
+
+/* Attaches sites[first..] (one library of one process) with one
+ * uprobe_multi link for the entries and one for the handle producers'
+ * returns. On failure nothing stays attached and the caller falls back to
+ * one perf link per probe. */
+static int attach_library_multi(struct np_attacher *a, pid_t pid, const char *binary,
+                                size_t first) {
+    size_t n = a->nsites - first, nret = 0, nentry = 0;
+    uint64_t *offsets = calloc(2 * n + 2, sizeof(*offsets));
+    uint64_t *cookies = calloc(2 * n + 2, sizeof(*cookies));
+    uint64_t *ret_offsets = offsets + n + 1, *ret_cookies = cookies + n + 1;
+    int entry_fd = -1, ret_fd = -1, err = (!offsets || !cookies) ? -ENOMEM : 0;
+
+    for (size_t i = first; !err && i < a->nsites; i++) {
+        const struct np_probe_site *s = &a->sites[i];
+        if (s->err)
+            continue;
+        offsets[nentry] = s->offset, cookies[nentry++] = s->id;
+        if (s->def->role == NP_ROLE_HANDLE_ENTRY && !s->is_thunk)
+            ret_offsets[nret] = s->offset, ret_cookies[nret++] = s->id;
+    }
+    if (!err && nentry) {
+        entry_fd = np_uprobe_multi_attach(bpf_program__fd(a->skel->progs.np_entry_multi), pid,
+                                          binary, offsets, cookies, (uint32_t)nentry, false);
+        err = entry_fd < 0 ? entry_fd : 0;
+    }
+    if (!err && nret) {
+        ret_fd = np_uprobe_multi_attach(bpf_program__fd(a->skel->progs.np_return_multi), pid,
+                                        binary, ret_offsets, ret_cookies, (uint32_t)nret, true);
+        err = ret_fd < 0 ? ret_fd : 0;
+    }
+    if (!err && entry_fd >= 0)
+        err = remember_multi_link(a, entry_fd);
+    if (!err && ret_fd >= 0 && (err = remember_multi_link(a, ret_fd)) < 0)
+        a->nmulti--; /* the entry link was just remembered: undo, it is closed below */
+    if (err) {
+        if (entry_fd >= 0)
+            close(entry_fd);
+        if (ret_fd >= 0)
+            close(ret_fd);
+        np_debug("pid %d: uprobe_multi link on %s failed (%s), one link per probe instead", pid,
+                 binary, strerror(-err));
+    }
+    free(offsets);
+    free(cookies);
+    return err;
 }
 
 static int scan_cached(struct np_attacher *a, int fd, const struct stat *st,
@@ -151,7 +254,7 @@ static int attach_scan(struct np_attacher *a, struct np_target *t, const char *t
     lib->seen_ns = seen_ns ? seen_ns : np_monotonic_ns();
     lib->late = t->attached;
 
-    int attached = 0;
+    size_t first = a->nsites;
     for (size_t i = 0; i < scan->count; i++) {
         const struct np_elf_match *m = &scan->matches[i];
         struct np_probe_site *s = new_site(a);
@@ -164,20 +267,29 @@ static int attach_scan(struct np_attacher *a, struct np_target *t, const char *t
         s->is_thunk = m->thunk_target >= 0;
         if (m->def->family != NP_FAMILY_LOADER)
             t->libs[lib_index].cuda = true;
-        s->err = attach_site(a, s, binary);
-        if (s->err) {
-            lib = &t->libs[lib_index];
-            lib->probes_failed++;
-            if (!lib->first_error)
-                lib->first_error = s->err;
-            np_warn("pid %d: cannot probe %s in %s: %s", t->pid, m->def->symbol, target_path,
-                    strerror(-s->err));
+        s->err = write_site_cfg(a, s);
+    }
+    if (!a->use_multi || attach_library_multi(a, t->pid, binary, first) < 0)
+        for (size_t i = first; i < a->nsites; i++)
+            if (!a->sites[i].err)
+                a->sites[i].err = attach_site(a, &a->sites[i], binary);
+
+    int attached = 0;
+    lib = &t->libs[lib_index];
+    for (size_t i = first; i < a->nsites; i++) {
+        const struct np_probe_site *s = &a->sites[i];
+        if (!s->err) {
+            lib->probes_ok++;
+            attached++;
             continue;
         }
-        t->libs[lib_index].probes_ok++;
-        attached++;
+        lib->probes_failed++;
+        if (!lib->first_error)
+            lib->first_error = s->err;
+        np_warn("pid %d: cannot probe %s in %s: %s", t->pid, s->def->symbol, target_path,
+                strerror(-s->err));
     }
-    t->libs[lib_index].attached_ns = np_monotonic_ns();
+    lib->attached_ns = np_monotonic_ns();
     return attached;
 }
 

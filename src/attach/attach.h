@@ -45,12 +45,15 @@ struct np_library {
 
 struct np_attacher {
     struct ncclprobe_bpf *skel;
+    bool use_multi; /* attach with uprobe_multi links (one per library) */
+    int *multi_fds; /* those links */
+    size_t nmulti, multi_cap;
     struct np_probe_site *sites; /* sites[id - 1] */
     size_t nsites, cap;
     struct np_map scan_cache; /* file identity -> struct np_elf_scan * */
 };
 
-void np_attacher_init(struct np_attacher *a, struct ncclprobe_bpf *skel);
+void np_attacher_init(struct np_attacher *a, struct ncclprobe_bpf *skel, bool use_multi);
 /* Detaches every probe; the registry stays readable (for the summary). */
 void np_attacher_detach_all(struct np_attacher *a);
 /* Detaches what is left and frees the registry. */

@@ -14,6 +14,7 @@
 #include "correlate/kernels.h"
 #include "lib/util.h"
 #include "symbolize/symbolize.h"
+#include "unwind/unwind.h"
 
 static int read_comm(pid_t pid, char *comm, size_t size) {
     char path[64], *text = NULL;
@@ -75,6 +76,7 @@ void np_target_free(struct np_target *t) {
         free(t->libs[i].path);
     free(t->libs);
     np_map_free(&t->seen_files, NULL);
+    np_unwinder_free(t->unwinder);
     np_symbolizer_free(t->sym);
     np_kernel_names_free(t->kernels);
     if (t->pidfd >= 0)

@@ -13,6 +13,7 @@
 #include "ncclprobe/events.h"
 
 struct np_symbolizer;
+struct np_unwinder;
 struct np_kernel_names;
 
 struct np_target {
@@ -26,6 +27,7 @@ struct np_target {
     size_t nlibs, libs_cap;
     struct np_map seen_files; /* "dev:inode" of every executable file looked at */
     struct np_symbolizer *sym;
+    struct np_unwinder *unwinder;
     struct np_kernel_names *kernels;
     uint64_t launches, nested, nccl_ops;
 };

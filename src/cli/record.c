@@ -21,6 +21,7 @@
 
 #include "attach/attach.h"
 #include "attach/target.h"
+#include "attach/uprobe_multi.h"
 #include "cli/child.h"
 #include "cli/preflight.h"
 #include "correlate/kernels.h"
@@ -28,6 +29,7 @@
 #include "lib/util.h"
 #include "ncclprobe.skel.h"
 #include "symbolize/symbolize.h"
+#include "unwind/unwind.h"
 #include "writers/output.h"
 #include "writers/summary.h"
 
@@ -45,8 +47,12 @@ struct options {
     bool no_wait;
     long ring_mb;
     long wakeup_kb;
+    enum unwind_mode { UNWIND_AUTO, UNWIND_DWARF, UNWIND_FP } unwind;
+    long stack_bytes;
     char **command; /* argv after "--", NULL-terminated */
 };
+
+#define DEFAULT_STACK_BYTES 16384
 
 struct session {
     struct options opt;
@@ -84,6 +90,12 @@ static void usage(FILE *f) {
             "                           NCCL library loaded yet\n"
             "      --ring-buffer-mb N   BPF ring buffer size, a power of two (default 16)\n"
             "      --wakeup-kb N        wake the reader once N KiB are queued (default 256)\n"
+            "      --unwind MODE        auto (default): DWARF CFI unwinding of a copy of the\n"
+            "                           stack, frame pointers where code has no CFI;\n"
+            "                           dwarf: CFI only; fp: frame pointers only (cheapest,\n"
+            "                           incomplete through code built without them)\n"
+            "      --stack-bytes N      user stack copied per launch for DWARF unwinding\n"
+            "                           (default 16384, at most 65536)\n"
             "  -v, --verbose            more diagnostics\n"
             "  -h, --help               this text\n");
 }
@@ -112,7 +124,7 @@ static int parse_pids(const char *text, struct options *opt) {
 }
 
 static int parse_options(int argc, char **argv, struct options *opt) {
-    enum { OPT_NO_WAIT = 256, OPT_RING_MB, OPT_WAKEUP_KB };
+    enum { OPT_NO_WAIT = 256, OPT_RING_MB, OPT_WAKEUP_KB, OPT_UNWIND, OPT_STACK_BYTES };
     static const struct option longopts[] = {
         {"pid", required_argument, NULL, 'p'},
         {"output", required_argument, NULL, 'o'},
@@ -120,6 +132,8 @@ static int parse_options(int argc, char **argv, struct options *opt) {
         {"no-wait", no_argument, NULL, OPT_NO_WAIT},
         {"ring-buffer-mb", required_argument, NULL, OPT_RING_MB},
         {"wakeup-kb", required_argument, NULL, OPT_WAKEUP_KB},
+        {"unwind", required_argument, NULL, OPT_UNWIND},
+        {"stack-bytes", required_argument, NULL, OPT_STACK_BYTES},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {0},
@@ -128,6 +142,7 @@ static int parse_options(int argc, char **argv, struct options *opt) {
 
     opt->ring_mb = 16;
     opt->wakeup_kb = 256;
+    opt->stack_bytes = DEFAULT_STACK_BYTES;
     optind = 1;
     while ((c = getopt_long(argc, argv, "+p:o:d:vh", longopts, NULL)) != -1) {
         switch (c) {
@@ -158,6 +173,25 @@ static int parse_options(int argc, char **argv, struct options *opt) {
         case OPT_WAKEUP_KB:
             if (np_parse_long(optarg, 0, 1 << 20, &opt->wakeup_kb) < 0) {
                 np_err("invalid --wakeup-kb '%s'", optarg);
+                return -EINVAL;
+            }
+            break;
+        case OPT_UNWIND:
+            if (strcmp(optarg, "auto") == 0)
+                opt->unwind = UNWIND_AUTO;
+            else if (strcmp(optarg, "dwarf") == 0)
+                opt->unwind = UNWIND_DWARF;
+            else if (strcmp(optarg, "fp") == 0)
+                opt->unwind = UNWIND_FP;
+            else {
+                np_err("invalid --unwind '%s': expected auto, dwarf or fp", optarg);
+                return -EINVAL;
+            }
+            break;
+        case OPT_STACK_BYTES:
+            if (np_parse_long(optarg, 512, NP_MAX_STACK_BYTES, &opt->stack_bytes) < 0) {
+                np_err("invalid --stack-bytes '%s': expected 512 to %d", optarg,
+                       NP_MAX_STACK_BYTES);
                 return -EINVAL;
             }
             break;
@@ -243,10 +277,14 @@ static int add_target(struct session *s, pid_t pid, struct np_target **out) {
     return 0;
 }
 
+/* The symbolizer (and the unwinder that uses its modules) of a target. */
 static int ensure_symbolizer(struct np_target *t) {
     if (t->sym)
         return np_symbolizer_refresh(t->sym);
-    return np_symbolizer_new(t->pid, &t->sym);
+    int err = np_symbolizer_new(t->pid, &t->sym);
+    if (!err && !(t->unwinder = np_unwinder_new(t->sym)))
+        err = -ENOMEM;
+    return err;
 }
 
 /* A target mapped new code: refresh its symbols and probe what is new. */
@@ -345,21 +383,49 @@ static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list 
     return vfprintf(stderr, fmt, ap);
 }
 
-static int setup_bpf(struct session *s) {
+/* Opens and loads the BPF object; with_multi loads the uprobe_multi copies
+ * of the programs too (Linux 6.6+). */
+static int load_bpf(struct session *s, bool with_multi) {
     char btf[4096];
     LIBBPF_OPTS(bpf_object_open_opts, open_opts);
     if (strcmp(np_btf_path(btf, sizeof(btf)), "/sys/kernel/btf/vmlinux") != 0)
         open_opts.btf_custom_path = btf;
 
-    libbpf_set_print(libbpf_print);
     s->skel = ncclprobe_bpf__open_opts(&open_opts);
     if (!s->skel) {
         np_err("cannot open the BPF object: %s", strerror(errno));
         return -errno;
     }
+    struct bpf_program *multi[] = {s->skel->progs.np_entry_multi, s->skel->progs.np_return_multi};
+    for (size_t i = 0; i < NP_ARRAY_SIZE(multi); i++) {
+        if (with_multi)
+            bpf_program__set_expected_attach_type(multi[i], NP_BPF_TRACE_UPROBE_MULTI);
+        else
+            bpf_program__set_autoload(multi[i], false);
+    }
     s->skel->rodata->wakeup_bytes = (__u64)s->opt.wakeup_kb * 1024;
+    s->skel->rodata->stack_bytes = s->opt.unwind == UNWIND_FP ? 0 : (__u32)s->opt.stack_bytes;
+    int ncpus = libbpf_num_possible_cpus();
+    if (ncpus > 0)
+        bpf_map__set_max_entries(s->skel->maps.launch_scratch, (__u32)ncpus);
     bpf_map__set_max_entries(s->skel->maps.events, (__u32)(s->opt.ring_mb << 20));
     int err = ncclprobe_bpf__load(s->skel);
+    if (err) {
+        ncclprobe_bpf__destroy(s->skel);
+        s->skel = NULL;
+    }
+    return err;
+}
+
+static int setup_bpf(struct session *s) {
+    libbpf_set_print(libbpf_print);
+    bool multi = true;
+    int err = load_bpf(s, true);
+    if (err) {
+        np_debug("no uprobe_multi links on this kernel (%s): one link per probe", strerror(-err));
+        multi = false;
+        err = load_bpf(s, false);
+    }
     if (err) {
         np_err("cannot load the BPF programs: %s (is this kernel 5.15 or newer, with BPF "
                "ring buffers and uprobe cookies?)",
@@ -369,7 +435,7 @@ static int setup_bpf(struct session *s) {
     s->rb = ring_buffer__new(bpf_map__fd(s->skel->maps.events), np_ingest_record, &s->ingest, NULL);
     if (!s->rb)
         return -errno;
-    np_attacher_init(&s->attacher, s->skel);
+    np_attacher_init(&s->attacher, s->skel, multi);
     return add_epoll_fd(s->epfd, ring_buffer__epoll_fd(s->rb), TAG_RING);
 }
 
@@ -467,11 +533,15 @@ static uint64_t records_received(const struct session *s) {
            st->unknown_source;
 }
 
-/* Detach every probe, then read until everything BPF sent has arrived:
- * a probe that was mid-flight when its link went away still delivers. Only
- * then do the counts add up (hits = captured + dropped). */
-static void detach_and_drain(struct session *s) {
-    np_attacher_detach_all(&s->attacher);
+/* Stop the probes (BPF's `stopped` switch: nothing is counted or sent
+ * from then on), then read until everything BPF sent has arrived - a probe
+ * that was mid-flight when the switch flipped still delivers. Then the
+ * counts add up (hits = captured + dropped). Removing the uprobes, which
+ * is slow, happens afterwards. */
+static void stop_and_drain(struct session *s) {
+    s->skel->bss->stopped = 1;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    usleep(2000); /* programs past the check finish within microseconds */
     s->ingest.budget = 0;
     for (int i = 0; i < 200; i++) {
         ring_buffer__consume(s->rb);
@@ -479,7 +549,7 @@ static void detach_and_drain(struct session *s) {
             return;
         usleep(1000);
     }
-    np_warn("%llu records still in flight after detaching",
+    np_warn("%llu records still in flight after stopping",
             (unsigned long long)(records_sent_by_bpf(s) - records_received(s)));
 }
 
@@ -511,6 +581,11 @@ static int write_summary(struct session *s) {
             .nprobes = nprobes,
             .counters = counters,
             .ingest = &s->ingest.stats,
+            .unwind = s->opt.unwind == UNWIND_FP ? NULL : &s->ingest.unwind,
+            .unwind_mode = s->opt.unwind == UNWIND_FP      ? "fp"
+                           : s->opt.unwind == UNWIND_DWARF ? "dwarf"
+                                                           : "auto",
+            .stack_bytes = s->opt.unwind == UNWIND_FP ? 0 : (uint32_t)s->opt.stack_bytes,
             .out = s->out,
         };
         char path[4200];
@@ -590,6 +665,7 @@ int np_cmd_record(int argc, char **argv) {
         .find_target = find_target,
         .on_new_mapping = on_new_mapping,
         .ctx = &s,
+        .fp_fallback = s.opt.unwind == UNWIND_AUTO,
     };
     s.start_ns = np_monotonic_ns();
     s.start_realtime_ns = np_realtime_ns();
@@ -600,7 +676,7 @@ int np_cmd_record(int argc, char **argv) {
     if (!err)
         err = run_loop(&s);
     if (s.skel && s.rb)
-        detach_and_drain(&s);
+        stop_and_drain(&s);
 
 out:
     if (s.out) {

@@ -15,6 +15,7 @@
 #include "lib/util.h"
 #include "ncclprobe/events.h"
 #include "symbolize/symbolize.h"
+#include "unwind/unwind.h"
 #include "writers/output.h"
 
 void np_ingest_free(struct np_ingest *in) {
@@ -45,20 +46,76 @@ static void append_frame(struct np_str *out, const char *name) {
     np_str_append(out, name);
 }
 
-void np_ingest_build_stack(struct np_target *t, const struct np_launch_event *e,
-                           const char *entry_name, struct np_str *out) {
-    uint32_t n = e->n_ips > NP_MAX_STACK ? NP_MAX_STACK : e->n_ips;
-    /* Before Linux 6.12 the chain lacks the caller at a function entry. */
-    bool insert_caller = e->ret_addr && (n < 2 || e->ips[1] != e->ret_addr);
-
+/* Writes a stack root first: the marker of an incomplete stack, then the
+ * callers (return addresses), then the probed function (exact address). */
+static void write_stack(struct np_target *t, const uint64_t *pcs, uint32_t n,
+                        const char *root_marker, const char *entry_name, struct np_str *out) {
     np_str_reset(out);
+    if (root_marker)
+        append_frame(out, root_marker);
     for (uint32_t i = n; i-- > 1;)
-        if (e->ips[i])
-            append_frame(out, np_symbolize(t->sym, e->ips[i], true)->name);
-    if (insert_caller)
-        append_frame(out, np_symbolize(t->sym, e->ret_addr, true)->name);
+        if (pcs[i])
+            append_frame(out, np_symbolize(t->sym, pcs[i], true)->name);
     if (n > 0)
-        append_frame(out, entry_name ? entry_name : np_symbolize(t->sym, e->ips[0], false)->name);
+        append_frame(out, entry_name ? entry_name : np_symbolize(t->sym, pcs[0], false)->name);
+}
+
+/* Frame-pointer stacks: the kernel's chain, with the caller inserted when
+ * the kernel (before Linux 6.12) left it out at a function entry. */
+static void fp_stack(struct np_target *t, const struct np_launch_event *e, const char *entry_name,
+                     struct np_str *out) {
+    const __u64 *ips = np_launch_ips(e);
+    uint32_t n = e->n_ips > NP_MAX_STACK ? NP_MAX_STACK : e->n_ips;
+    uint64_t pcs[NP_MAX_STACK + 1];
+    uint32_t m = 0;
+
+    if (n > 0)
+        pcs[m++] = ips[0];
+    if (e->ret_addr && (n < 2 || ips[1] != e->ret_addr))
+        pcs[m++] = e->ret_addr;
+    for (uint32_t i = 1; i < n; i++)
+        pcs[m++] = ips[i];
+    write_stack(t, pcs, m, n == NP_MAX_STACK ? "[truncated]" : NULL, entry_name, out);
+}
+
+static void count_unwind(struct np_unwind_stats *st, const struct np_unwind_result *r) {
+    if (r->end == NP_UNWIND_COMPLETE)
+        st->complete++;
+    else if (r->end == NP_UNWIND_TRUNCATED)
+        st->truncated++;
+    else
+        st->unknown++;
+    st->fp_fallback_frames += r->fp_fallbacks;
+    if (r->end != NP_UNWIND_COMPLETE)
+        return;
+    int bucket = 0;
+    while (bucket + 1 < NP_UNWIND_BUCKETS && r->bytes_used > (256u << bucket))
+        bucket++;
+    st->bytes_needed[bucket]++;
+    if (r->bytes_used > st->max_bytes_needed)
+        st->max_bytes_needed = r->bytes_used;
+}
+
+void np_ingest_build_stack(struct np_ingest *in, struct np_target *t,
+                           const struct np_launch_event *e, const char *entry_name,
+                           struct np_str *out) {
+    if (!(e->flags & NP_LF_STACK_COPY)) {
+        fp_stack(t, e, entry_name, out);
+        return;
+    }
+    static struct np_unwind_result r; /* big; the daemon ingests on one thread */
+    if (e->stack_len == 0 || !t->unwinder) {
+        const uint64_t entry = np_launch_ips(e)[0];
+        write_stack(t, &entry, 1, "[unknown]", entry_name, out);
+        in->unwind.unknown++;
+        return;
+    }
+    np_unwind(t->unwinder, e, in->fp_fallback, &r);
+    count_unwind(&in->unwind, &r);
+    const char *marker = r.end == NP_UNWIND_COMPLETE    ? NULL
+                         : r.end == NP_UNWIND_TRUNCATED ? "[truncated]"
+                                                        : "[unknown]";
+    write_stack(t, r.pcs, r.n, marker, entry_name, out);
 }
 
 /* The name of the kernel a launch runs, or a bracketed placeholder. */
@@ -132,7 +189,8 @@ static bool really_nested(struct np_ingest *in, struct np_target *t,
 
 static void handle_launch(struct np_ingest *in, const struct np_launch_event *e, size_t size) {
     if (size < NP_LAUNCH_FIXED_SIZE || e->n_ips > NP_MAX_STACK ||
-        size < NP_LAUNCH_FIXED_SIZE + (size_t)e->n_ips * sizeof(e->ips[0])) {
+        e->stack_len > NP_MAX_STACK_BYTES ||
+        size < NP_LAUNCH_FIXED_SIZE + (size_t)e->n_ips * 8 + e->stack_len) {
         in->stats.malformed++;
         return;
     }
@@ -155,7 +213,8 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
     struct np_str stack;
     np_str_init(&stack);
     /* Via a thunk, ips[0] is the thunk's target: name the function called. */
-    np_ingest_build_stack(t, e, (e->flags & NP_LF_VIA_THUNK) ? called->def->symbol : NULL, &stack);
+    np_ingest_build_stack(in, t, e, (e->flags & NP_LF_VIA_THUNK) ? called->def->symbol : NULL,
+                          &stack);
 
     if (l.is_nccl_op) {
         t->nccl_ops++;

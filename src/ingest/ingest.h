@@ -7,6 +7,7 @@
 #define NP_INGEST_H
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -29,24 +30,39 @@ struct np_ingest_stats {
  * stops consuming, so a producer faster than us cannot starve the loop. */
 #define NP_INGEST_YIELD (-EAGAIN)
 
+/* How DWARF unwinding went; bytes_needed is a histogram of the stack bytes
+ * complete stacks needed, bucket i counting up to 256 << i bytes. */
+#define NP_UNWIND_BUCKETS 9
+struct np_unwind_stats {
+    uint64_t complete, truncated, unknown;
+    uint64_t fp_fallback_frames;
+    uint64_t bytes_needed[NP_UNWIND_BUCKETS];
+    uint64_t max_bytes_needed;
+};
+
 struct np_ingest {
     struct np_attacher *attacher;
     struct np_output *out;
     struct np_target *(*find_target)(void *ctx, pid_t pid);
     void (*on_new_mapping)(void *ctx, struct np_target *t, uint64_t ts_ns);
     void *ctx;
-    long budget; /* records left before yielding; <= 0: no limit */
+    long budget;      /* records left before yielding; <= 0: no limit */
+    bool fp_fallback; /* --unwind auto: follow frame pointers where CFI is missing */
     struct np_ingest_stats stats;
+    struct np_unwind_stats unwind;
 };
 
 /* libbpf ring_buffer sample callback; ctx is a struct np_ingest. */
 int np_ingest_record(void *ctx, void *data, size_t size);
 void np_ingest_free(struct np_ingest *in);
 
-/* Builds the root-first ';'-joined stack of a launch (exposed for tests). */
+/* Builds the root-first ';'-joined stack of a launch: frame pointers, or
+ * DWARF unwinding of the copied stack. entry_name replaces the probed
+ * function's own name (a launch entered through a thunk). */
 struct np_launch_event;
 struct np_str;
-void np_ingest_build_stack(struct np_target *t, const struct np_launch_event *e,
-                           const char *entry_name, struct np_str *out);
+void np_ingest_build_stack(struct np_ingest *in, struct np_target *t,
+                           const struct np_launch_event *e, const char *entry_name,
+                           struct np_str *out);
 
 #endif

@@ -116,11 +116,8 @@ static const char *basename_of(const char *path) {
     return slash ? slash + 1 : path;
 }
 
-static struct np_frame *resolve(struct np_symbolizer *s, uint64_t pc) {
-    struct np_frame *f = calloc(1, sizeof(*f));
-    if (!f)
-        return NULL;
-
+struct Dwfl_Module *np_symbolizer_module(struct np_symbolizer *s, uint64_t pc) {
+    resolving_pid = s->pid;
     Dwfl_Module *mod = dwfl_addrmodule(s->dwfl, pc);
     /* A module mapped since the last refresh (dlopen): look again, at most
      * every 100 ms so a stream of wild addresses cannot make us spin. */
@@ -129,6 +126,15 @@ static struct np_frame *resolve(struct np_symbolizer *s, uint64_t pc) {
         resolving_pid = s->pid;
         mod = dwfl_addrmodule(s->dwfl, pc);
     }
+    return mod;
+}
+
+static struct np_frame *resolve(struct np_symbolizer *s, uint64_t pc) {
+    struct np_frame *f = calloc(1, sizeof(*f));
+    if (!f)
+        return NULL;
+
+    Dwfl_Module *mod = np_symbolizer_module(s, pc);
     if (!mod) {
         f->name = strdup("[unknown]");
         f->module = strdup("");

@@ -31,6 +31,11 @@ int np_symbolizer_refresh(struct np_symbolizer *s);
  * is_return_address so the call instruction itself is looked up. */
 const struct np_frame *np_symbolize(struct np_symbolizer *s, uint64_t pc, bool is_return_address);
 
+/* The libdw module that maps pc, re-reading the mappings (at most every
+ * 100 ms) when none does; NULL if still none. For the unwinder. */
+struct Dwfl_Module;
+struct Dwfl_Module *np_symbolizer_module(struct np_symbolizer *s, uint64_t pc);
+
 /* Demangles a C++ symbol and shortens it to the qualified name without
  * parameters or return type ("ns::Foo<int>::bar"); plain C names come back
  * unchanged. Returns a malloc'd string, NULL on allocation failure. */

@@ -158,6 +158,38 @@ static cJSON *launches_by_api(const struct np_summary *s) {
     return o;
 }
 
+/* The upper bound of the histogram bucket holding the q-quantile. */
+static uint64_t bucket_quantile(const struct np_unwind_stats *u, double q) {
+    uint64_t total = 0, seen = 0;
+    for (int i = 0; i < NP_UNWIND_BUCKETS; i++)
+        total += u->bytes_needed[i];
+    for (int i = 0; i < NP_UNWIND_BUCKETS; i++) {
+        seen += u->bytes_needed[i];
+        if (total && (double)seen >= q * (double)total)
+            return 256ull << i;
+    }
+    return 0;
+}
+
+static cJSON *unwind_json(const struct np_summary *s) {
+    cJSON *o = cJSON_CreateObject();
+    add_text(o, "mode", s->unwind_mode);
+    add_u64(o, "stack_bytes", s->stack_bytes);
+    if (!s->unwind)
+        return o;
+    const struct np_unwind_stats *u = s->unwind;
+    add_u64(o, "complete", u->complete);
+    add_u64(o, "truncated", u->truncated);
+    add_u64(o, "unknown", u->unknown);
+    add_u64(o, "fp_fallback_frames", u->fp_fallback_frames);
+    cJSON *need = cJSON_AddObjectToObject(o, "stack_bytes_needed");
+    add_u64(need, "p50_at_most", bucket_quantile(u, 0.50));
+    add_u64(need, "p90_at_most", bucket_quantile(u, 0.90));
+    add_u64(need, "p99_at_most", bucket_quantile(u, 0.99));
+    add_u64(need, "max", u->max_bytes_needed);
+    return o;
+}
+
 int np_summary_write(const char *path, const struct np_summary *s) {
     cJSON *root = cJSON_CreateObject();
     if (!root)
@@ -167,6 +199,7 @@ int np_summary_write(const char *path, const struct np_summary *s) {
     add_u64(root, "start_time_unix_ns", s->start_realtime_ns);
     cJSON_AddNumberToObject(root, "duration_s", s->duration_s);
     cJSON_AddItemToObject(root, "totals", totals_json(s));
+    cJSON_AddItemToObject(root, "unwind", unwind_json(s));
     cJSON *targets = cJSON_AddArrayToObject(root, "targets");
     for (size_t i = 0; i < s->ntargets; i++)
         cJSON_AddItemToArray(targets, target_json(s->targets[i]));

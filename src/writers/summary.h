@@ -10,6 +10,7 @@
 
 struct np_attacher;
 struct np_ingest_stats;
+struct np_unwind_stats;
 struct np_output;
 struct np_target;
 
@@ -25,6 +26,9 @@ struct np_summary {
     size_t nprobes;              /* length of the two arrays */
     const uint64_t *counters;    /* enum np_counter */
     const struct np_ingest_stats *ingest;
+    const struct np_unwind_stats *unwind; /* NULL in frame-pointer mode */
+    const char *unwind_mode;
+    uint32_t stack_bytes;
     const struct np_output *out;
 };
 
