@@ -171,6 +171,7 @@ class Ncclprobe(Tracer):
         return read_summary(os.path.join(workdir, "rec"))["totals"]["events_captured"]
 
 
+
 class Bpftrace(Tracer):
     def start(self, pid, workdir):
         prog = (f"uprobe:{CUDART}:cudaLaunchKernel /pid == {pid}/ "
@@ -201,7 +202,19 @@ class Perf(Tracer):
     def start(self, pid, workdir):
         p = Proc(["perf", "record", "-e", PERF_EVENT, "-g", "-p", str(pid),
                   "-o", os.path.join(workdir, "perf.data")], self.name)
-        time.sleep(1.0)  # perf says nothing when it is attached
+        # perf says nothing once it is attached: wait for its perf_event fd,
+        # then a second more (it enables the event after mmap-ing its buffers).
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and p.alive():
+            try:
+                fds = os.listdir(f"/proc/{p.pid}/fd")
+                if any(os.readlink(f"/proc/{p.pid}/fd/{fd}") == "anon_inode:[perf_event]"
+                       for fd in fds):
+                    break
+            except OSError:
+                pass
+            time.sleep(0.05)
+        time.sleep(1.0)
         if not p.alive():
             raise RuntimeError(f"perf record failed:\n{p.text()}")
         return p
@@ -316,6 +329,25 @@ def one_run(launch_loop, tracer, ll_args, settle_s=0.3):
 # ---- benchmarks -------------------------------------------------------------------
 
 
+def checked_run(args, tracer, ll_args, warmup, attempts=3):
+    """one_run, repeated (up to `attempts` times) while the tracer missed
+    launches - it was not attached yet when they started, so the timing
+    would mix traced and untraced launches."""
+    for attempt in range(1, attempts + 1):
+        res = one_run(args.launch_loop, tracer, ll_args)
+        expected = int(res["launches"]) + warmup
+        seen = res["events"]
+        if res["summary"] is not None:
+            seen = res["summary"]["totals"]["probe_hits"]
+        if seen is None or seen >= expected:
+            res["retries"] = attempt - 1
+            return res
+        log(f"  {tracer.name}: saw {seen} of {expected} launches (attached late); "
+            f"run {attempt}/{attempts} discarded")
+    raise RuntimeError(f"{tracer.name} kept missing launches")
+
+
+
 def bench_latency(args, tracers):
     ll_args = ["--iters", str(args.iters), "--warmup", str(args.warmup),
                "--depth", str(args.depth)]
@@ -326,7 +358,7 @@ def bench_latency(args, tracers):
         # always runs first or right after the same neighbour.
         order = tracers[r % len(tracers):] + tracers[:r % len(tracers)]
         for t in order:
-            res = one_run(args.launch_loop, t, ll_args)
+            res = checked_run(args, t, ll_args, args.warmup)
             runs[t.name].append(res)
             ev = res["events"]
             log(f"  round {r + 1}/{args.rounds} {t.name:<18} {res['ns_per_launch']:9.1f} ns/launch"
@@ -355,17 +387,22 @@ def bench_latency(args, tracers):
     return rows
 
 
+RATE_VARIANTS = {"default": [], "fp": ["--unwind", "fp"]}
+
+
 def bench_rates(args, np_bin):
-    """Each target rate args.rate_reps times (the whole sweep repeated, so the
-    repetitions of one rate are spread out); per rate the medians, and the
-    worst repetition's drops."""
-    t = Ncclprobe("ncclprobe", "ncclprobe", np_bin)
-    runs = {rate: [] for rate in args.rates}
+    """Each (options, target rate) args.rate_reps times (the whole sweep
+    repeated, so the repetitions of one rate are spread out); per rate the
+    medians, and the worst repetition's drops."""
+    tracers = {v: Ncclprobe("ncclprobe", "ncclprobe", np_bin, RATE_VARIANTS[v])
+               for v in args.rate_variants}
+    runs = {(v, rate): [] for v in args.rate_variants for rate in args.rates}
     for rep in range(args.rate_reps):
-        for rate in args.rates:
+        for v, rate in runs:
+            t = tracers[v]
             ll_args = ["--rate", str(rate), "--duration", str(args.rate_seconds),
                        "--warmup", "0", "--depth", str(args.depth)]
-            res = one_run(args.launch_loop, t, ll_args)
+            res = checked_run(args, t, ll_args, 0)
             tot = res["summary"]["totals"]
             win = res["elapsed_s"]
             hits = tot["probe_hits"]
@@ -380,14 +417,13 @@ def bench_rates(args, np_bin):
                 "cpu_pct": 100.0 * res["tracer_cpu_s"] / win
                 if win and res["tracer_cpu_s"] is not None else None,
             }
-            runs[rate].append(run)
-            log(f"  rep {rep + 1}/{args.rate_reps} rate {rate_label(rate):>5}: achieved "
+            runs[(v, rate)].append(run)
+            log(f"  rep {rep + 1}/{args.rate_reps} {v:<7} rate {rate_label(rate):>5}: achieved "
                 f"{run['achieved']:>7.0f}/s captured={run['captured']} "
                 f"dropped={run['dropped']} ({run['drop_pct']:.2f}%) "
                 f"{run['ns_per_launch']:.0f} ns/launch call")
     rows = []
-    for rate in args.rates:
-        rs = runs[rate]
+    for (v, rate), rs in runs.items():
         worst = max(rs, key=lambda r: r["dropped"])
 
         def med(key):
@@ -395,7 +431,7 @@ def bench_rates(args, np_bin):
             return median(xs) if xs else None
 
         rows.append({
-            "rate": rate, "reps": len(rs), "achieved": med("achieved"), "hits": worst["hits"],
+            "variant": v, "rate": rate, "reps": len(rs), "achieved": med("achieved"), "hits": worst["hits"],
             "captured": worst["captured"], "dropped": worst["dropped"],
             "drop_pct": worst["drop_pct"], "consumer_eps": med("consumer_eps"),
             "ns_per_launch": med("ns_per_launch"), "iwi_per_k": med("iwi_per_k"),
@@ -552,7 +588,7 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build")
     ap.add_argument("--launch-loop", required=True)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--iters", type=int, default=200000)
     ap.add_argument("--warmup", type=int, default=10000)
     ap.add_argument("--depth", type=int, default=10)
@@ -560,15 +596,22 @@ def main():
                     help="comma-separated target rates, 0 = as fast as possible")
     ap.add_argument("--rate-seconds", type=float, default=2.0)
     ap.add_argument("--rate-reps", type=int, default=2)
+    ap.add_argument("--rate-variants", default="default,fp",
+                    help="ncclprobe options for the rate sweep: default (no options), "
+                         "fp (--unwind fp); comma-separated")
     ap.add_argument("--out", default=None)
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--skip-rates", action="store_true")
     ap.add_argument("--no-diagnostic", dest="diagnostic", action="store_false",
-                    help="leave out the ncclprobe --wakeup-kb 1048576 configuration")
+                    help="leave out the diagnostic configuration (fp, no wake-ups)")
     args = ap.parse_args()
     args.ncclprobe = os.path.abspath(os.path.join(args.build, "ncclprobe"))
     args.launch_loop = os.path.abspath(args.launch_loop)
     args.rates = [int(float(x)) for x in args.rates.split(",") if x.strip()]
+    args.rate_variants = [v.strip() for v in args.rate_variants.split(",") if v.strip()]
+    for v in args.rate_variants:
+        if v not in RATE_VARIANTS:
+            sys.exit(f"bench.py: unknown rate variant {v!r} (default, fp)")
 
     if os.geteuid() != 0:
         sys.exit("bench.py: needs root (BPF, uprobes, perf probe)")
@@ -588,20 +631,24 @@ def main():
     try:
         tracers = [
             Baseline("baseline", "no tracer (baseline)"),
-            Ncclprobe("ncclprobe", "ncclprobe record", args.ncclprobe),
+            Ncclprobe("ncclprobe", "ncclprobe record (defaults)", args.ncclprobe),
+            Ncclprobe("ncclprobe-fp", "ncclprobe record --unwind fp", args.ncclprobe,
+                      ["--unwind", "fp"]),
             Ncclprobe("ncclprobe-wakeup0", "ncclprobe record --wakeup-kb 0", args.ncclprobe,
                       ["--wakeup-kb", "0"]),
-            Ncclprobe("ncclprobe-nowake",
-                      "ncclprobe record --ring-buffer-mb 256 --wakeup-kb 1048576 (diagnostic)",
-                      args.ncclprobe, ["--ring-buffer-mb", "256", "--wakeup-kb", "1048576"]),
             Bpftrace("bpftrace", "bpftrace @[ustack] = count()"),
             Perf("perf", "perf record -g (perf probe)"),
         ]
+        if args.diagnostic:
+            tracers.append(Ncclprobe(
+                "ncclprobe-fp-nowake",
+                "diagnostic: ncclprobe --unwind fp --ring-buffer-mb 256 --wakeup-kb 1048576",
+                args.ncclprobe, ["--unwind", "fp", "--ring-buffer-mb", "256",
+                                 "--wakeup-kb", "1048576"]))
         if not args.skip_latency:
             perf_probe.setup()
             log(f"latency: {args.rounds} rounds x {len(tracers)} configurations")
-            lat = bench_latency(args, [t for t in tracers
-                                       if t.name != "ncclprobe-nowake" or args.diagnostic])
+            lat = bench_latency(args, tracers)
             perf_probe.teardown()
         if not args.skip_rates:
             log("rates: " + ", ".join(rate_label(r) for r in args.rates))

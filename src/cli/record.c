@@ -48,6 +48,8 @@ struct options {
     long ring_mb;
     long wakeup_kb;
     enum unwind_mode { UNWIND_AUTO, UNWIND_DWARF, UNWIND_FP } unwind;
+    bool inline_frames;
+    const char *debuginfo_path;
     long stack_bytes;
     char **command; /* argv after "--", NULL-terminated */
 };
@@ -94,6 +96,10 @@ static void usage(FILE *f) {
             "                           stack, frame pointers where code has no CFI;\n"
             "                           dwarf: CFI only; fp: frame pointers only (cheapest,\n"
             "                           incomplete through code built without them)\n"
+            "      --inline             add inlined functions (from debug info) to the stacks,\n"
+            "                           marked \"[inlined]\"\n"
+            "      --debuginfo-path P   where to find separate debug files (libdw syntax,\n"
+            "                           default :.debug:/usr/lib/debug with build-id dirs)\n"
             "      --stack-bytes N      user stack copied per launch for DWARF unwinding\n"
             "                           (default 16384, at most 65536)\n"
             "  -v, --verbose            more diagnostics\n"
@@ -124,7 +130,15 @@ static int parse_pids(const char *text, struct options *opt) {
 }
 
 static int parse_options(int argc, char **argv, struct options *opt) {
-    enum { OPT_NO_WAIT = 256, OPT_RING_MB, OPT_WAKEUP_KB, OPT_UNWIND, OPT_STACK_BYTES };
+    enum {
+        OPT_NO_WAIT = 256,
+        OPT_RING_MB,
+        OPT_WAKEUP_KB,
+        OPT_UNWIND,
+        OPT_STACK_BYTES,
+        OPT_INLINE,
+        OPT_DEBUGINFO
+    };
     static const struct option longopts[] = {
         {"pid", required_argument, NULL, 'p'},
         {"output", required_argument, NULL, 'o'},
@@ -134,6 +148,8 @@ static int parse_options(int argc, char **argv, struct options *opt) {
         {"wakeup-kb", required_argument, NULL, OPT_WAKEUP_KB},
         {"unwind", required_argument, NULL, OPT_UNWIND},
         {"stack-bytes", required_argument, NULL, OPT_STACK_BYTES},
+        {"inline", no_argument, NULL, OPT_INLINE},
+        {"debuginfo-path", required_argument, NULL, OPT_DEBUGINFO},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {0},
@@ -194,6 +210,13 @@ static int parse_options(int argc, char **argv, struct options *opt) {
                        NP_MAX_STACK_BYTES);
                 return -EINVAL;
             }
+            break;
+        case OPT_INLINE:
+            opt->inline_frames = true;
+            break;
+        case OPT_DEBUGINFO:
+            opt->debuginfo_path = optarg;
+            np_symbolizer_set_debuginfo_path(optarg);
             break;
         case 'v':
             np_log_set_level(NP_LOG_DEBUG);
@@ -278,10 +301,12 @@ static int add_target(struct session *s, pid_t pid, struct np_target **out) {
 }
 
 /* The symbolizer (and the unwinder that uses its modules) of a target. */
-static int ensure_symbolizer(struct np_target *t) {
+static int ensure_symbolizer(struct session *s, struct np_target *t) {
     if (t->sym)
         return np_symbolizer_refresh(t->sym);
     int err = np_symbolizer_new(t->pid, &t->sym);
+    if (!err)
+        np_symbolizer_set_inline(t->sym, s->opt.inline_frames);
     if (!err && !(t->unwinder = np_unwinder_new(t->sym)))
         err = -ENOMEM;
     return err;
@@ -293,7 +318,7 @@ static void on_new_mapping(void *ctx, struct np_target *t, uint64_t ts_ns) {
     if (t->exited)
         return;
     np_target_refresh_identity(t); /* a -- CMD child has exec'd since we forked it */
-    ensure_symbolizer(t);
+    ensure_symbolizer(s, t);
     int n = np_attach_from_maps(&s->attacher, t, ts_ns);
     if (n > 0)
         np_info("pid %d (%s): %d more probes attached after a library was loaded", t->pid, t->comm,
@@ -314,7 +339,7 @@ static int attach_pid(struct session *s, pid_t pid) {
         return err;
     }
     if (!err)
-        err = ensure_symbolizer(t);
+        err = ensure_symbolizer(s, t);
     if (err) {
         np_err("cannot read process %d: %s", pid, strerror(-err));
         return err;

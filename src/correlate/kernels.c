@@ -36,7 +36,7 @@ const char *np_kernel_names_lookup(const struct np_kernel_names *k, uint64_t han
 const char *np_kernel_name_from_stub(struct np_kernel_names *k, struct np_symbolizer *sym,
                                      uint64_t stub) {
     (void)k;
-    if (!stub)
+    if (!stub || !sym)
         return NULL;
     const struct np_frame *f = np_symbolize(sym, stub, false);
     return f->known ? f->name : NULL;
@@ -61,7 +61,7 @@ int np_kernel_names_on_handle(struct np_kernel_names *k, struct np_symbolizer *s
     char *demangled = NULL;
 
     switch (def->src_kind) {
-    case NP_SRC_POINTER:
+    case NP_SRC_POINTER: /* NULL without a symbolizer */
         name = np_kernel_name_from_stub(k, sym, h->source);
         break;
     case NP_SRC_STRING:

@@ -53,9 +53,22 @@ static void write_stack(struct np_target *t, const uint64_t *pcs, uint32_t n,
     np_str_reset(out);
     if (root_marker)
         append_frame(out, root_marker);
-    for (uint32_t i = n; i-- > 1;)
-        if (pcs[i])
-            append_frame(out, np_symbolize(t->sym, pcs[i], true)->name);
+    if (!t->sym) { /* the process was gone before its mappings could be read */
+        for (uint32_t i = n; i-- > 0;) {
+            char raw[32];
+            snprintf(raw, sizeof(raw), "[0x%" PRIx64 "]", pcs[i]);
+            append_frame(out, i == 0 && entry_name ? entry_name : raw);
+        }
+        return;
+    }
+    for (uint32_t i = n; i-- > 1;) {
+        if (!pcs[i])
+            continue;
+        const struct np_frame *f = np_symbolize(t->sym, pcs[i], true);
+        append_frame(out, f->name);
+        if (f->inlined) /* only set with --inline */
+            append_frame(out, f->inlined);
+    }
     if (n > 0)
         append_frame(out, entry_name ? entry_name : np_symbolize(t->sym, pcs[0], false)->name);
 }
@@ -199,10 +212,14 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
     struct np_target *t = in->find_target(in->ctx, (pid_t)e->hdr.pid);
     if (t && !t->sym && in->on_new_mapping) /* first record of a process we started */
         in->on_new_mapping(in->ctx, t, e->hdr.ts_ns);
-    if (!site || !called || !t || !t->sym) {
+    if (!site || !called || !t) {
         in->stats.unknown_source++;
         return;
     }
+    /* Without a symbolizer (the process exited before we could read its
+     * mappings) the launch is still written, with raw addresses. */
+    if (!t->sym)
+        in->stats.unsymbolized++;
     in->stats.launch_events++;
     count_probe(in, e->called_as);
 
@@ -212,9 +229,10 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
 
     struct np_str stack;
     np_str_init(&stack);
-    /* Via a thunk, ips[0] is the thunk's target: name the function called. */
-    np_ingest_build_stack(in, t, e, (e->flags & NP_LF_VIA_THUNK) ? called->def->symbol : NULL,
-                          &stack);
+    /* Via a thunk, ips[0] is the thunk's target: name the function called
+     * (also what names the entry when there is no symbolizer). */
+    bool name_entry = (e->flags & NP_LF_VIA_THUNK) || !t->sym;
+    np_ingest_build_stack(in, t, e, name_entry ? called->def->symbol : NULL, &stack);
 
     if (l.is_nccl_op) {
         t->nccl_ops++;
@@ -244,7 +262,7 @@ static void handle_handle(struct np_ingest *in, const struct np_handle_event *h,
     }
     const struct np_probe_site *site = np_attacher_site(in->attacher, h->probe_id);
     struct np_target *t = in->find_target(in->ctx, (pid_t)h->hdr.pid);
-    if (!site || !t || !t->sym || !t->kernels) {
+    if (!site || !t || !t->kernels) {
         in->stats.unknown_source++;
         return;
     }

@@ -22,6 +22,7 @@ struct np_ingest_stats {
     uint64_t map_events;
     uint64_t malformed;      /* wrong size, type or version */
     uint64_t unknown_source; /* probe id or pid we do not know (already detached) */
+    uint64_t unsymbolized;   /* launches of a process gone before its mappings were read */
     uint64_t *per_probe;     /* launches by the probe the caller called, index = probe id */
     size_t per_probe_len;
 };

@@ -5,6 +5,8 @@
 #define _GNU_SOURCE
 #include "symbolize/symbolize.h"
 
+#include <dwarf.h>
+#include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -22,7 +24,12 @@ struct np_symbolizer {
     Dwfl *dwfl;
     struct np_map cache; /* pc (with return-address bit) -> struct np_frame * */
     uint64_t last_refresh_ns;
+    bool inline_frames;
 };
+
+void np_symbolizer_set_inline(struct np_symbolizer *s, bool on) {
+    s->inline_frames = on;
+}
 
 /* libdw's find_elf callback has no per-Dwfl context; the symbolizer that is
  * calling into libdw sets this for the duration of the call. The daemon
@@ -43,7 +50,16 @@ static int find_elf_in_target_root(Dwfl_Module *mod, void **userdata, const char
     return dwfl_linux_proc_find_elf(mod, userdata, module_name, base, file_name, elfp);
 }
 
-static char *debuginfo_path = NULL; /* libdw default: build-id and .debug dirs */
+/* Where separate debug files are looked for: NULL is libdw's default
+ * (":.debug:/usr/lib/debug", build-id directories included). */
+static char *debuginfo_path = NULL;
+
+/* The user's directories are searched first, then libdw's default ones. */
+void np_symbolizer_set_debuginfo_path(const char *path) {
+    static char joined[4096];
+    snprintf(joined, sizeof(joined), "%s:.debug:/usr/lib/debug", path);
+    debuginfo_path = joined;
+}
 
 static const Dwfl_Callbacks callbacks = {
     .find_elf = find_elf_in_target_root,
@@ -58,6 +74,7 @@ static void free_frame(void *p) {
     free((char *)f->name);
     free((char *)f->module);
     free((char *)f->module_path);
+    free((char *)f->inlined);
     free(f);
 }
 
@@ -129,6 +146,53 @@ struct Dwfl_Module *np_symbolizer_module(struct np_symbolizer *s, uint64_t pc) {
     return mod;
 }
 
+/* The name of an inlined subroutine: its origin's linkage name, demangled
+ * and shortened, or its plain name. */
+static char *inlined_name(Dwarf_Die *die) {
+    Dwarf_Attribute attr;
+    const char *name = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_linkage_name, &attr));
+    if (!name)
+        name = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_name, &attr));
+    return np_demangle_short(name ? name : "[inlined]");
+}
+
+/* "f [inlined];g [inlined]" for the inlined subroutines covering pc,
+ * outermost first; NULL when there are none or no debug info. */
+static char *inlined_frames(Dwfl_Module *mod, uint64_t pc) {
+    Dwarf_Addr bias = 0;
+    Dwarf_Die *cudie = dwfl_module_addrdie(mod, pc, &bias);
+    Dwarf_Die *scopes = NULL;
+    int n = cudie ? dwarf_getscopes(cudie, pc - bias, &scopes) : 0;
+    struct np_str out;
+
+    /* Past an inlined instance, dwarf_getscopes follows the inlined
+     * function's own (abstract) definition; the concrete nesting - which
+     * function it was inlined into - is the chain of DIEs containing the
+     * innermost scope (an inlined instance, or a lexical block in one). */
+    if (n > 0) {
+        Dwarf_Die innermost = scopes[0];
+        free(scopes);
+        scopes = NULL;
+        n = dwarf_getscopes_die(&innermost, &scopes);
+    }
+    np_str_init(&out);
+    for (int i = n - 1; i >= 0; i--) {
+        if (dwarf_tag(&scopes[i]) != DW_TAG_inlined_subroutine)
+            continue;
+        char *name = inlined_name(&scopes[i]);
+        char clean[1024];
+        np_sanitize_frame(clean, sizeof(clean), name ? name : "[inlined]", false);
+        free(name);
+        np_str_appendf(&out, "%s%s [inlined]", out.len ? ";" : "", clean);
+    }
+    free(scopes);
+    if (out.failed || !out.len) {
+        np_str_free(&out);
+        return NULL;
+    }
+    return out.buf;
+}
+
 static struct np_frame *resolve(struct np_symbolizer *s, uint64_t pc) {
     struct np_frame *f = calloc(1, sizeof(*f));
     if (!f)
@@ -149,14 +213,20 @@ static struct np_frame *resolve(struct np_symbolizer *s, uint64_t pc) {
 
     GElf_Off offset = 0;
     GElf_Sym sym;
-    const char *name = dwfl_module_addrinfo(mod, pc, &offset, &sym, NULL, NULL, NULL);
-    if (name && *name) {
+    const char *versioned = dwfl_module_addrinfo(mod, pc, &offset, &sym, NULL, NULL, NULL);
+    char name[1024];
+    /* .dynsym names carry their version: "__libc_start_main@@GLIBC_2.34" */
+    snprintf(name, sizeof(name), "%.*s", versioned ? (int)strcspn(versioned, "@") : 0,
+             versioned ? versioned : "");
+    if (name[0]) {
         char *shortname = np_demangle_short(name);
         char buf[1024];
         np_sanitize_frame(buf, sizeof(buf), shortname ? shortname : name, false);
         free(shortname);
         f->name = strdup(buf);
         f->known = true;
+        if (s->inline_frames)
+            f->inlined = inlined_frames(mod, pc);
     } else {
         char buf[512];
         char mod_clean[256];
@@ -173,7 +243,7 @@ out:
 }
 
 const struct np_frame *np_symbolize(struct np_symbolizer *s, uint64_t pc, bool is_return_address) {
-    static const struct np_frame oom = {"[unknown]", "", "", 0, false};
+    static const struct np_frame oom = {.name = "[unknown]", .module = "", .module_path = ""};
     uint64_t lookup = is_return_address && pc ? pc - 1 : pc;
 
     struct np_frame *f = np_map_get_u64(&s->cache, lookup);

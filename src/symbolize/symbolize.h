@@ -17,11 +17,21 @@ struct np_frame {
     const char *module;      /* basename of the module, "" when unknown */
     const char *module_path; /* the module's path as the target maps it */
     uint64_t module_offset;
-    bool known; /* a symbol was found */
+    bool known;          /* a symbol was found */
+    const char *inlined; /* with np_symbolizer_set_inline: the functions inlined at this pc,
+                            outermost first, as "f [inlined];g [inlined]"; NULL if none */
 };
 
 int np_symbolizer_new(pid_t pid, struct np_symbolizer **out);
 void np_symbolizer_free(struct np_symbolizer *s);
+
+/* Where to look for separate debug files, in libdw's syntax
+ * ("DIR:DIR", "+" keeps .gnu_debuglink CRC checks); set before creating
+ * symbolizers. The default finds the distro's /usr/lib/debug/.build-id. */
+void np_symbolizer_set_debuginfo_path(const char *path);
+
+/* Also resolve inlined frames (from DWARF scopes, where debug info exists). */
+void np_symbolizer_set_inline(struct np_symbolizer *s, bool on);
 
 /* Re-reads the process's mappings (after dlopen) and opens every module's
  * file now, while the process is alive. */

@@ -124,6 +124,7 @@ static cJSON *totals_json(const struct np_summary *s) {
     add_u64(o, "foreign_hits", c[NP_CNT_FOREIGN_HITS]);
     add_u64(o, "malformed_records", s->ingest->malformed);
     add_u64(o, "records_from_unknown_source", s->ingest->unknown_source);
+    add_u64(o, "launches_without_symbols", s->ingest->unsymbolized);
     add_u64(o, "write_errors", ot->write_errors);
     return o;
 }
