@@ -71,6 +71,9 @@ UNIT_SRCS := $(filter-out src/cli/main.c,$(SRCS))
 $(BUILD)/unit_tests: tests/unit/unit_tests.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o)
 	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
 
+$(BUILD)/unwind_bench: bench/unwind_bench.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o)
+	$(CC) $(CFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
+
 test-unit: $(BUILD)/unit_tests
 	$(BUILD)/unit_tests
 
@@ -82,8 +85,9 @@ test-e2e: $(BUILD)/ncclprobe $(BUILD)/progs/.built $(BUILD)/demo/.built
 test: test-unit test-e2e
 	$(MAKE) SAN=1 test-unit test-e2e
 
-bench: $(BUILD)/ncclprobe $(BUILD)/progs/.built
+bench: $(BUILD)/ncclprobe $(BUILD)/progs/.built $(BUILD)/unwind_bench
 	bench/run.sh $(BUILD)
+	bench/unwind.sh $(BUILD)
 
 FORMATTED := $(BPF_SRC) $(SRCS) $(HEADERS) tests/unit/*.c $(wildcard tests/progs/*.[ch] \
 	tests/progs/*.cc tools/demo/*.[ch] tools/demo/standin/*.[ch] bench/*.c)

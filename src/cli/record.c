@@ -50,6 +50,7 @@ struct options {
     enum unwind_mode { UNWIND_AUTO, UNWIND_DWARF, UNWIND_FP } unwind;
     bool inline_frames;
     const char *debuginfo_path;
+    const char *raw_dump;
     long stack_bytes;
     char **command; /* argv after "--", NULL-terminated */
 };
@@ -101,6 +102,8 @@ static void usage(FILE *f) {
             "      --debuginfo-path P   where to find separate debug files (libdw syntax,\n"
             "                           default :.debug:/usr/lib/debug with build-id dirs)\n"
             "      --stack-bytes N      user stack copied per launch for DWARF unwinding\n"
+            "      --raw-dump FILE      also write every BPF record as received (for\n"
+            "                           bench/unwind_bench and bug reports)\n"
             "                           (default 16384, at most 65536)\n"
             "  -v, --verbose            more diagnostics\n"
             "  -h, --help               this text\n");
@@ -137,7 +140,8 @@ static int parse_options(int argc, char **argv, struct options *opt) {
         OPT_UNWIND,
         OPT_STACK_BYTES,
         OPT_INLINE,
-        OPT_DEBUGINFO
+        OPT_DEBUGINFO,
+        OPT_RAW_DUMP
     };
     static const struct option longopts[] = {
         {"pid", required_argument, NULL, 'p'},
@@ -150,6 +154,7 @@ static int parse_options(int argc, char **argv, struct options *opt) {
         {"stack-bytes", required_argument, NULL, OPT_STACK_BYTES},
         {"inline", no_argument, NULL, OPT_INLINE},
         {"debuginfo-path", required_argument, NULL, OPT_DEBUGINFO},
+        {"raw-dump", required_argument, NULL, OPT_RAW_DUMP},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {0},
@@ -213,6 +218,9 @@ static int parse_options(int argc, char **argv, struct options *opt) {
             break;
         case OPT_INLINE:
             opt->inline_frames = true;
+            break;
+        case OPT_RAW_DUMP:
+            opt->raw_dump = optarg;
             break;
         case OPT_DEBUGINFO:
             opt->debuginfo_path = optarg;
@@ -639,6 +647,8 @@ static void session_destroy(struct session *s) {
     for (size_t i = 0; i < s->ntargets; i++)
         np_target_free(s->targets[i]);
     free(s->targets);
+    if (s->ingest.raw_dump)
+        fclose(s->ingest.raw_dump);
     np_ingest_free(&s->ingest);
     if (s->epfd >= 0)
         close(s->epfd);
@@ -692,6 +702,11 @@ int np_cmd_record(int argc, char **argv) {
         .ctx = &s,
         .fp_fallback = s.opt.unwind == UNWIND_AUTO,
     };
+    if (s.opt.raw_dump && !(s.ingest.raw_dump = fopen(s.opt.raw_dump, "we"))) {
+        np_err("cannot write --raw-dump %s: %s", s.opt.raw_dump, strerror(errno));
+        err = -errno;
+        goto out;
+    }
     s.start_ns = np_monotonic_ns();
     s.start_realtime_ns = np_realtime_ns();
     for (size_t i = 0; !err && i < s.opt.npids; i++)

@@ -309,6 +309,15 @@ static void dispatch(struct np_ingest *in, void *data, size_t size) {
 int np_ingest_record(void *ctx, void *data, size_t size) {
     struct np_ingest *in = ctx;
 
+    if (in->raw_dump) {
+        uint32_t n = (uint32_t)size;
+        if (fwrite(&n, sizeof(n), 1, in->raw_dump) != 1 ||
+            fwrite(data, 1, size, in->raw_dump) != size) {
+            np_warn("--raw-dump: write failed, no more records dumped: %s", strerror(errno));
+            fclose(in->raw_dump);
+            in->raw_dump = NULL;
+        }
+    }
     dispatch(in, data, size);
     if (in->budget > 0 && --in->budget == 0)
         return NP_INGEST_YIELD;

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 struct np_attacher;
@@ -49,6 +50,7 @@ struct np_ingest {
     void *ctx;
     long budget;      /* records left before yielding; <= 0: no limit */
     bool fp_fallback; /* --unwind auto: follow frame pointers where CFI is missing */
+    FILE *raw_dump;   /* --raw-dump: every record as received, "u32 size, bytes" */
     struct np_ingest_stats stats;
     struct np_unwind_stats unwind;
 };
