@@ -32,6 +32,9 @@ def dead_pid():
     (["record", "--pid", "1", "--ring-buffer-mb", "3"], "power of two"),
     (["record", "--pid", "1", "--bogus"], "usage"),
     (["record", "--pid", "1", "--", "true"], "either --pid or -- CMD"),
+    (["record", "--pid", "1", "--unwind", "lbr"], "invalid --unwind 'lbr'"),
+    (["record", "--pid", "1", "--stack-bytes", "100"], "invalid --stack-bytes '100'"),
+    (["record", "--pid", "1", "--stack-bytes", "131072"], "invalid --stack-bytes '131072'"),
 ])
 def test_usage_errors_exit_2(args, message):
     proc = run_ncclprobe(args)
@@ -46,9 +49,10 @@ def test_help_and_version_exit_0():
 
 
 @needs_bpf
-def test_no_such_pid(tmp_path):
+@pytest.mark.parametrize("command", [["record"], []])  # "ncclprobe --pid" is record
+def test_no_such_pid(tmp_path, command):
     pid = dead_pid()
-    proc = run_ncclprobe(["record", "-o", tmp_path / "out", "--pid", pid])
+    proc = run_ncclprobe([*command, "-o", tmp_path / "out", "--pid", pid])
     assert proc.returncode == FAILURE
     assert f"no such process: {pid}" in proc.stderr
 

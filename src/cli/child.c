@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ptrace.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -79,6 +80,53 @@ int np_child_release(struct np_child *c) {
     close(c->release_fd);
     c->release_fd = -1;
     return err;
+}
+
+int np_child_trace_exit(struct np_child *c) {
+    if (ptrace(PTRACE_SEIZE, c->pid, NULL, (void *)(long)PTRACE_O_TRACEEXIT) < 0)
+        return -errno;
+    c->traced = true;
+    return 0;
+}
+
+static bool is_job_control_stop(int sig) {
+    return sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU;
+}
+
+enum np_child_state np_child_poll(struct np_child *c) {
+    for (;;) {
+        if (c->reaped)
+            return NP_CHILD_GONE;
+        int status;
+        pid_t r = waitpid(c->pid, &status, WNOHANG | __WALL);
+        if (r == 0)
+            return NP_CHILD_RUNNING;
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            c->reaped = true; /* ECHILD: nothing left to wait for */
+            return NP_CHILD_GONE;
+        }
+        if (WIFEXITED(status) || WIFSIGNALED(status)) {
+            c->reaped = true;
+            c->status = status;
+            return NP_CHILD_GONE;
+        }
+        if (!WIFSTOPPED(status))
+            continue;
+        int event = (unsigned)status >> 16, sig = WSTOPSIG(status);
+        if (event == PTRACE_EVENT_EXIT)
+            return NP_CHILD_AT_EXIT;
+        if (event == PTRACE_EVENT_STOP) /* group-stop: stay stopped as without us */
+            ptrace(is_job_control_stop(sig) ? PTRACE_LISTEN : PTRACE_CONT, c->pid, NULL, NULL);
+        else /* a signal on its way to the child: deliver it */
+            ptrace(PTRACE_CONT, c->pid, NULL, (void *)(long)sig);
+    }
+}
+
+void np_child_let_exit(struct np_child *c) {
+    ptrace(PTRACE_DETACH, c->pid, NULL, NULL);
+    c->traced = false;
 }
 
 void np_child_abort(struct np_child *c) {

@@ -68,7 +68,6 @@ struct session {
     struct np_ingest ingest;
     struct np_child child;
     bool have_child;
-    int child_status;
     int epfd, sigfd;
     uint64_t start_ns, start_realtime_ns;
     const char *stop_reason;
@@ -398,6 +397,10 @@ static int start_command(struct session *s) {
         return err;
     }
     t->attached = true;
+    int terr = np_child_trace_exit(&s->child);
+    if (terr)
+        np_debug("cannot hold %s at its exit (%s): a very short run may lose its symbols",
+                 s->child.path, strerror(-terr));
     err = np_child_release(&s->child);
     if (err)
         return err;
@@ -498,9 +501,25 @@ static void on_target_exit(struct session *s, size_t index) {
         return;
     t->exited = true;
     epoll_ctl(s->epfd, EPOLL_CTL_DEL, t->pidfd, NULL);
-    if (s->have_child && t->pid == s->child.pid)
-        waitpid(t->pid, &s->child_status, 0);
+    if (s->have_child && t->pid == s->child.pid && !s->child.reaped) {
+        waitpid(t->pid, &s->child.status, 0);
+        s->child.reaped = true;
+    }
     np_debug("process %d (%s) exited", t->pid, t->comm);
+}
+
+/* SIGCHLD from the command we started. Held at its exit, its memory is
+ * still mapped: read everything it sent (creating its symbolizer if it
+ * never got one) before letting it go. */
+static void on_child_event(struct session *s) {
+    if (!s->have_child || np_child_poll(&s->child) != NP_CHILD_AT_EXIT)
+        return;
+    struct np_target *t = find_target(s, s->child.pid);
+    if (t && !t->sym)
+        on_new_mapping(s, t, 0);
+    s->ingest.budget = 0;
+    ring_buffer__consume(s->rb);
+    np_child_let_exit(&s->child);
 }
 
 static int run_loop(struct session *s) {
@@ -533,10 +552,14 @@ static int run_loop(struct session *s) {
             uint64_t tag = evs[i].data.u64;
             if (tag == TAG_SIGNAL) {
                 struct signalfd_siginfo si;
-                if (read(s->sigfd, &si, sizeof(si)) == sizeof(si)) {
-                    s->stop_reason = si.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM";
-                    return 0;
+                if (read(s->sigfd, &si, sizeof(si)) != sizeof(si))
+                    continue;
+                if (si.ssi_signo == SIGCHLD) {
+                    on_child_event(s);
+                    continue;
                 }
+                s->stop_reason = si.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM";
+                return 0;
             } else if (tag >= TAG_TARGET && tag - TAG_TARGET < s->ntargets) {
                 on_target_exit(s, (size_t)(tag - TAG_TARGET));
             }
@@ -663,6 +686,7 @@ static int setup_signals(struct session *s) {
     sigemptyset(&mask);
     sigaddset(&mask, SIGINT);
     sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGCHLD);
     sigprocmask(SIG_BLOCK, &mask, NULL);
     s->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     if (s->sigfd < 0)
@@ -731,8 +755,8 @@ out:
             err = cerr;
         }
     }
-    if (s.have_child && WIFEXITED(s.child_status) && WEXITSTATUS(s.child_status))
-        np_info("%s exited with status %d", s.opt.command[0], WEXITSTATUS(s.child_status));
+    if (s.have_child && s.child.reaped && WIFEXITED(s.child.status) && WEXITSTATUS(s.child.status))
+        np_info("%s exited with status %d", s.opt.command[0], WEXITSTATUS(s.child.status));
     session_destroy(&s);
     return err ? 1 : 0;
 }
