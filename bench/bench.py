@@ -3,20 +3,26 @@
 
 Run through bench/run.sh (which builds launch_loop); see bench/README.md.
 
-    bench.py --build BUILD --launch-loop PATH [--rounds N] [--iters N] [--depth N]
-             [--rates LIST] [--rate-seconds S] [--out FILE] [--skip-latency] [--skip-rates]
+    bench.py --build BUILD --launch-loop PATH [--rounds N] [--iters N] [--warmup N]
+             [--depth N] [--rates LIST] [--rate-seconds S] [--rate-reps N]
+             [--rate-variants default,fp] [--no-diagnostic] [--out FILE]
+             [--skip-latency] [--skip-rates]
 
 Standard library only. Every process this script starts is tracked by pid and
 stopped on every path; the perf probe it creates is deleted again.
 """
 import argparse
+import ctypes
 import json
+import mmap
 import os
 import platform
 import re
+import select
 import shutil
 import signal
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -129,6 +135,8 @@ def median(xs):
 class Tracer:
     """name, start(pid, workdir) -> Proc or None, ready check, stop, events seen."""
 
+    exact = True  # events() must equal the launches when attached in time
+
     def __init__(self, name, label):
         self.name = name
         self.label = label
@@ -199,25 +207,36 @@ class Bpftrace(Tracer):
 
 
 class Perf(Tracer):
+    exact = False  # perf may lose samples itself ("lost N chunks") and rounds its count
+
     def start(self, pid, workdir):
-        p = Proc(["perf", "record", "-e", PERF_EVENT, "-g", "-p", str(pid),
-                  "-o", os.path.join(workdir, "perf.data")], self.name)
-        # perf says nothing once it is attached: wait for its perf_event fd,
-        # then a second more (it enables the event after mmap-ing its buffers).
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and p.alive():
-            try:
-                fds = os.listdir(f"/proc/{p.pid}/fd")
-                if any(os.readlink(f"/proc/{p.pid}/fd/{fd}") == "anon_inode:[perf_event]"
-                       for fd in fds):
-                    break
-            except OSError:
-                pass
-            time.sleep(0.05)
-        time.sleep(1.0)
-        if not p.alive():
-            raise RuntimeError(f"perf record failed:\n{p.text()}")
-        return p
+        # Start with the event disabled and enable it through perf's control
+        # fifo: perf acks once the event is on, so we know it is attached.
+        ctl, ack = os.path.join(workdir, "ctl"), os.path.join(workdir, "ack")
+        os.mkfifo(ctl)
+        os.mkfifo(ack)
+        ack_fd = os.open(ack, os.O_RDONLY | os.O_NONBLOCK)
+        ctl_fd = os.open(ctl, os.O_RDWR)
+        try:
+            p = Proc(["perf", "record", "-D", "-1", "--control", f"fifo:{ctl},{ack}",
+                      "-e", PERF_EVENT, "-g", "-p", str(pid),
+                      "-o", os.path.join(workdir, "perf.data")], self.name)
+            os.write(ctl_fd, b"enable\n")
+            got, deadline = b"", time.monotonic() + 30
+            while b"ack" not in got and time.monotonic() < deadline and p.alive():
+                r, _, _ = select.select([ack_fd], [], [], 0.1)
+                data = os.read(ack_fd, 64) if r else b""
+                if data:
+                    got += data
+                else:
+                    time.sleep(0.02)  # no writer yet: the read end reports EOF
+            if b"ack" not in got:
+                p.stop(signal.SIGTERM, 10)
+                raise RuntimeError(f"perf record did not enable its event:\n{p.text()}")
+            return p
+        finally:
+            os.close(ack_fd)
+            os.close(ctl_fd)
 
     def stop(self, proc):
         # perf record -p stops by itself when the target exits.
@@ -228,6 +247,10 @@ class Perf(Tracer):
     def events(self, proc, workdir):
         m = re.search(r"\((\d+) samples\)", proc.text())
         return int(m.group(1)) if m else None
+
+    def lost(self, proc):
+        m = re.search(r"lost (\d+) chunks", proc.text())
+        return int(m.group(1)) if m else 0
 
 
 def read_summary(outdir):
@@ -282,6 +305,48 @@ def cpu_seconds(pid):
         return None
 
 
+class RingPos:
+    """Reads the producer position (total bytes ever written) of a process's
+    BPF ring buffer, through a read-only mapping of the map. x86-64 only;
+    .read() returns None where that is not possible."""
+
+    def __init__(self, pid):
+        self.m = None
+        if platform.machine() != "x86_64":
+            return
+        map_id = None
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+                with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                    info = f.read()
+                if re.search(r"^map_type:\s*27$", info, re.M):  # BPF_MAP_TYPE_RINGBUF
+                    map_id = int(re.search(r"^map_id:\s*(\d+)$", info, re.M).group(1))
+                    break
+        except (OSError, AttributeError):
+            return
+        if map_id is None:
+            return
+        libc = ctypes.CDLL(None, use_errno=True)
+        attr = ctypes.create_string_buffer(struct.pack("III", map_id, 0, 0), 128)
+        fd = libc.syscall(321, 14, attr, 128)  # bpf(BPF_MAP_GET_FD_BY_ID)
+        if fd < 0:
+            return
+        try:
+            self.m = mmap.mmap(fd, 2 * mmap.PAGESIZE, mmap.MAP_SHARED, mmap.PROT_READ)
+        except OSError:
+            self.m = None
+        finally:
+            os.close(fd)
+
+    def read(self):
+        return struct.unpack_from("Q", self.m, mmap.PAGESIZE)[0] if self.m else None
+
+    def close(self):
+        if self.m:
+            self.m.close()
+            self.m = None
+
+
 def one_run(launch_loop, tracer, ll_args, settle_s=0.3):
     """Start launch_loop --wait-signal, attach the tracer, run, stop everything.
     Returns a dict: launch_loop's figures (ns_per_launch, launches, elapsed_s,
@@ -297,6 +362,8 @@ def one_run(launch_loop, tracer, ll_args, settle_s=0.3):
             raise RuntimeError(f"launch_loop did not start:\n{wl.text()}")
         tp = tracer.start(wl.pid, workdir)
         time.sleep(settle_s)  # let the tracer's start-up work finish
+        ring = RingPos(tp.pid) if isinstance(tracer, Ncclprobe) else None
+        prod0 = ring.read() if ring else None
         cpu0 = cpu_seconds(tp.pid) if tp else None
         iwi0 = irq_work_count()
         wl.send(signal.SIGUSR1)
@@ -304,6 +371,9 @@ def one_run(launch_loop, tracer, ll_args, settle_s=0.3):
             raise RuntimeError("launch_loop did not finish")
         iwi1 = irq_work_count()
         cpu1 = cpu_seconds(tp.pid) if tp else None
+        prod1 = ring.read() if ring else None
+        if ring:
+            ring.close()
         wl.stop()
         res = wl.wait_line(r"ns_per_launch=", 5, key="out")
         if wl.p.returncode != 0 or not res:
@@ -312,12 +382,18 @@ def one_run(launch_loop, tracer, ll_args, settle_s=0.3):
         out["iwi"] = iwi1 - iwi0 if iwi0 is not None and iwi1 is not None else None
         out["tracer_cpu_s"] = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
         out["events"] = out["summary"] = None
+        out["lost_chunks"] = 0
+        out["ring_bytes_per_event"] = None
         if tp:
             tracer.stop(tp)
             tp_done, tp = tp, None
             out["events"] = tracer.events(tp_done, workdir)
+            out["lost_chunks"] = tracer.lost(tp_done) if isinstance(tracer, Perf) else 0
             if isinstance(tracer, Ncclprobe):
                 out["summary"] = read_summary(os.path.join(workdir, "rec"))
+                sent = out["summary"]["totals"].get("events_sent_by_bpf")
+                if prod0 is not None and prod1 is not None and sent:
+                    out["ring_bytes_per_event"] = (prod1 - prod0) / sent
         return out
     finally:
         for p in (tp, wl):
@@ -339,7 +415,7 @@ def checked_run(args, tracer, ll_args, warmup, attempts=3):
         seen = res["events"]
         if res["summary"] is not None:
             seen = res["summary"]["totals"]["probe_hits"]
-        if seen is None or seen >= expected:
+        if seen is None or seen >= expected or not tracer.exact:
             res["retries"] = attempt - 1
             return res
         log(f"  {tracer.name}: saw {seen} of {expected} launches (attached late); "
@@ -377,10 +453,15 @@ def bench_latency(args, tracers):
                if x["tracer_cpu_s"] is not None]
         ev = [x["events"] for x in runs[t.name] if x["events"] is not None]
         drops = [x["summary"]["totals"]["events_dropped"] for x in runs[t.name] if x["summary"]]
+        lost = [x["lost_chunks"] for x in runs[t.name]]
+        rbpe = [x["ring_bytes_per_event"] for x in runs[t.name]
+                if x["ring_bytes_per_event"] is not None]
         rows.append({
             "name": t.name, "label": t.label, "ns": ns, "median": median(ns),
             "min": min(ns), "max": max(ns), "added": median(diffs), "diffs": diffs,
-            "events": ev, "expected": expected, "drops": drops,
+            "events": ev, "expected": expected, "drops": drops, "lost": lost,
+            "ring_bpe": median(rbpe) if rbpe else None,
+            "ring_bpe_range": (min(rbpe), max(rbpe)) if rbpe else None,
             "iwi_per_k": median(iwi) if iwi else None,
             "cpu_us": median(cpu) if cpu else None,
         })
@@ -416,6 +497,7 @@ def bench_rates(args, np_bin):
                 else None,
                 "cpu_pct": 100.0 * res["tracer_cpu_s"] / win
                 if win and res["tracer_cpu_s"] is not None else None,
+                "ring_bpe": res["ring_bytes_per_event"],
             }
             runs[(v, rate)].append(run)
             log(f"  rep {rep + 1}/{args.rate_reps} {v:<7} rate {rate_label(rate):>5}: achieved "
@@ -435,7 +517,7 @@ def bench_rates(args, np_bin):
             "captured": worst["captured"], "dropped": worst["dropped"],
             "drop_pct": worst["drop_pct"], "consumer_eps": med("consumer_eps"),
             "ns_per_launch": med("ns_per_launch"), "iwi_per_k": med("iwi_per_k"),
-            "cpu_pct": med("cpu_pct"),
+            "cpu_pct": med("cpu_pct"), "ring_bpe": med("ring_bpe"),
         })
     return rows
 
@@ -470,10 +552,37 @@ def leftovers(perf_probe):
 # ---- report -------------------------------------------------------------------
 
 
+def binary_stamp(path):
+    try:
+        st = os.stat(path)
+        return (st.st_mtime_ns, st.st_size)
+    except OSError:
+        return None
+
+
+def source_revision(repo):
+    """The checkout's commit, "+dirty" when src/, bpf/ or include/ differ from it."""
+    head = run_cmd(["git", "-C", repo, "rev-parse", "--short", "HEAD"], check=False)
+    if head.returncode != 0:
+        return "unknown revision"
+    dirty = run_cmd(["git", "-C", repo, "status", "--porcelain", "--", "src", "bpf", "include"],
+                    check=False).stdout.strip()
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
 def fmt_ratio(a, b):
     if a is None or b is None or b != b or a != a or b <= 0:
         return "n/a"
     return f"{a / b:.2f}x"
+
+
+def fmt_bytes(r):
+    if r["ring_bpe"] is None:
+        return "-"
+    lo, hi = r["ring_bpe_range"]
+    if hi - lo < 8:
+        return f"{r['ring_bpe']:.0f}"
+    return f"{r['ring_bpe']:.0f} ({lo:.0f} - {hi:.0f})"
 
 
 def fmt_opt(x, fmt):
@@ -497,7 +606,10 @@ def report(args, lat, rates, clean):
     lines.append(f"- date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
     lines.append(f"- machine: {os.cpu_count()} CPUs ({cpu}), kernel {platform.release()}, "
                  "no GPU (every launch fails at once; the uprobe still fires)")
-    lines.append(f"- tools: {np_v or 'ncclprobe'}, {bpftrace_v}, {perf_v}")
+    lines.append(f"- tools: {np_v or 'ncclprobe'} ({args.ncclprobe_src}, checkout at "
+                 f"{args.revision}; a copy taken at the start ran), {bpftrace_v}, {perf_v}")
+    if args.binary_changed:
+        lines.append("- WARNING: the ncclprobe binary changed while it was being copied.")
     lines.append(f"- workload: launch_loop --depth {args.depth}: cudaLaunchKernel in {CUDART}, "
                  f"{args.depth + 5} user frames from _start")
     lines.append("")
@@ -509,18 +621,24 @@ def report(args, lat, rates, clean):
         lines.append("")
         lines.append("| configuration | ns/launch (median) | min - max | added ns/launch "
                      "| ncclprobe added / this added | events seen / launches "
-                     "| IRQ-work interrupts per 1k launches | tracer CPU us per launch |")
-        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+                     "| IRQ-work interrupts per 1k launches | tracer CPU us per launch "
+                     "| ring-buffer bytes per launch |")
+        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for r in lat:
             base = r["name"] == "baseline"
             ev = "-" if not r["events"] else f"{median(r['events']):.0f} / {r['expected']}"
             if r["drops"] and max(r["drops"]):
-                ev += f" ({max(r['drops'])} dropped)"
+                n = sum(1 for d in r["drops"] if d)
+                ev += f" (drops in {n} of {len(r['drops'])} runs, worst {max(r['drops'])})"
+            if r["lost"] and max(r["lost"]):
+                n = sum(1 for d in r["lost"] if d)
+                ev += f" (perf lost chunks in {n} of {len(r['lost'])} runs)"
             ratio = "-" if base else fmt_ratio(added["ncclprobe"], r["added"])
             add = "-" if base else f"{r['added']:.0f}"
             lines.append(f"| {r['label']} | {r['median']:.0f} | {r['min']:.0f} - {r['max']:.0f} "
                          f"| {add} | {ratio} | {ev} | {fmt_opt(r['iwi_per_k'], '.0f')} "
-                         f"| {'-' if base else fmt_opt(r['cpu_us'], '.2f')} |")
+                         f"| {'-' if base else fmt_opt(r['cpu_us'], '.2f')} "
+                         f"| {fmt_bytes(r)} |")
         lines.append("")
         a = added
         lines.append("Added-latency ratios (ncclprobe default options; below 1 means ncclprobe "
@@ -530,49 +648,69 @@ def report(args, lat, rates, clean):
                      f"--wakeup-kb 0 / default = "
                      f"{fmt_ratio(a.get('ncclprobe-wakeup0'), a.get('ncclprobe'))}.")
         lines.append("")
-        lines.append("Per-round ns/launch (in run order within each round):")
+        lines.append("ns/launch per round (rounds 1..N; each round runs every configuration once):")
         lines.append("")
         for r in lat:
             lines.append(f"- {r['name']}: " + ", ".join(f"{x:.0f}" for x in r["ns"]))
         lines.append("")
     if rates:
-        lines.append(f"## Launch rate vs drops (ncclprobe record, default options, "
-                     f"~{args.rate_seconds:g} s per rate, {args.rate_reps} sweeps)")
+        lines.append(f"## Launch rate vs drops (ncclprobe record, ~{args.rate_seconds:g} s "
+                     f"per rate, {args.rate_reps} sweeps)")
         lines.append("")
-        lines.append("Medians over the sweeps; hits, captured and dropped are from the sweep "
-                     "that dropped the most.")
-        lines.append("")
-        lines.append("| target rate/s | achieved rate/s | probe hits | captured | dropped "
-                     "| drop % | consumer events/s | ns per launch call "
-                     "| IRQ-work per 1k launches | ncclprobe CPU % |")
-        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for r in rates:
-            lines.append(f"| {rate_label(r['rate'])} | {r['achieved']:.0f} | {r['hits']} "
-                         f"| {r['captured']} | {r['dropped']} | {r['drop_pct']:.2f} "
-                         f"| {r['consumer_eps']:.0f} | {r['ns_per_launch']:.0f} "
-                         f"| {fmt_opt(r['iwi_per_k'], '.0f')} | {fmt_opt(r['cpu_pct'], '.0f')} |")
-        lines.append("")
-        clean_rows = [r for r in rates if r["dropped"] == 0]
-        first_drop = next((r for r in rates if r["dropped"] > 0), None)
-        if clean_rows:
-            best = max(clean_rows, key=lambda r: r["achieved"])
-            lines.append(f"- Highest rate held with zero drops: {best['achieved']:.0f} "
-                         f"launches/s (target {rate_label(best['rate'])}).")
-        else:
-            lines.append("- Every rate dropped events.")
-        if first_drop:
-            lines.append(f"- First rate with drops: target {rate_label(first_drop['rate'])} "
-                         f"(achieved {first_drop['achieved']:.0f}/s), "
-                         f"{first_drop['drop_pct']:.2f}% dropped.")
-        else:
-            lines.append("- No rate dropped events; \"max\" is as fast as the traced loop "
-                         "can launch, so the tracer's own cost caps the rate before the "
-                         "reader does.")
-        peak = max(rates, key=lambda r: r["consumer_eps"])
-        lines.append(f"- Consumer throughput: {peak['consumer_eps']:.0f} events/s "
-                     f"(events_captured / launch window, best rate"
-                     + ("; nothing dropped there, so a lower bound on what the reader can "
-                        "sustain)." if peak["dropped"] == 0 else ")."))
+        lines.append("Medians over the sweeps; probe hits, captured and dropped are from the "
+                     "sweep that dropped the most. Consumer events/s = events_captured / "
+                     "launch window.")
+        for v in args.rate_variants:
+            vr = [r for r in rates if r["variant"] == v]
+            opts = " ".join(RATE_VARIANTS[v]) or "default options"
+            lines.append("")
+            lines.append(f"### ncclprobe record, {opts}")
+            lines.append("")
+            lines.append("| target rate/s | achieved rate/s | probe hits | captured | dropped "
+                         "| drop % | consumer events/s | ns per launch call "
+                         "| IRQ-work per 1k launches | ncclprobe CPU % |")
+            lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+            for r in vr:
+                lines.append(f"| {rate_label(r['rate'])} | {r['achieved']:.0f} | {r['hits']} "
+                             f"| {r['captured']} | {r['dropped']} | {r['drop_pct']:.2f} "
+                             f"| {r['consumer_eps']:.0f} | {r['ns_per_launch']:.0f} "
+                             f"| {fmt_opt(r['iwi_per_k'], '.0f')} "
+                             f"| {fmt_opt(r['cpu_pct'], '.0f')} |")
+            lines.append("")
+            first = next((i for i, r in enumerate(vr) if r["dropped"] > 0), None)
+            below = vr if first is None else vr[:first]
+            if below:
+                best = max(below, key=lambda r: r["achieved"])
+                lines.append(f"- Highest rate held with zero drops: {best['achieved']:.0f} "
+                             f"launches/s (target {rate_label(best['rate'])}"
+                             + (", the fastest the traced loop went"
+                                if first is None and (best["rate"] == 0 or
+                                                      best["achieved"] < 0.95 * best["rate"])
+                                else "")
+                             + ").")
+            else:
+                lines.append("- Even the lowest rate dropped events.")
+            if first is not None:
+                fd = vr[first]
+                lines.append(f"- First rate with drops: target {rate_label(fd['rate'])} "
+                             f"(achieved {fd['achieved']:.0f}/s), {fd['drop_pct']:.2f}% dropped.")
+                later_clean = [rate_label(r["rate"]) for r in vr[first + 1:] if not r["dropped"]]
+                if later_clean:
+                    lines.append(f"  (Higher targets {', '.join(later_clean)} had no drops in "
+                                 f"any sweep: drops here depend on when the reader gets "
+                                 f"scheduled, not on the rate alone.)")
+            bpe = [r["ring_bpe"] for r in vr if r["ring_bpe"]]
+            if bpe and args.ring_mb:
+                per = median(bpe)
+                lines.append(f"- Ring-buffer record: {per:.0f} bytes per launch, so the "
+                             f"{args.ring_mb} MiB ring holds about "
+                             f"{args.ring_mb * 2**20 / per:.0f} launches of backlog.")
+            peak = max(vr, key=lambda r: r["consumer_eps"])
+            lines.append(f"- Consumer throughput: {peak['consumer_eps']:.0f} events/s at target "
+                         f"{rate_label(peak['rate'])}"
+                         + (" with nothing dropped (a lower bound on what the reader sustains)."
+                            if peak["dropped"] == 0 else
+                            f" ({peak['drop_pct']:.2f}% dropped there)."))
         lines.append("")
     lines.append("## Clean-up")
     lines.append("")
@@ -608,6 +746,7 @@ def main():
     args.ncclprobe = os.path.abspath(os.path.join(args.build, "ncclprobe"))
     args.launch_loop = os.path.abspath(args.launch_loop)
     args.rates = [int(float(x)) for x in args.rates.split(",") if x.strip()]
+    args.ring_mb = 16  # ncclprobe's default --ring-buffer-mb
     args.rate_variants = [v.strip() for v in args.rate_variants.split(",") if v.strip()]
     for v in args.rate_variants:
         if v not in RATE_VARIANTS:
@@ -619,6 +758,14 @@ def main():
         if not shutil.which(tool):
             sys.exit(f"bench.py: {tool} not found")
 
+    args.revision = source_revision(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    # Run a snapshot of the binary: a rebuild during the benchmark must not
+    # mix two builds into one table.
+    stamp = binary_stamp(args.ncclprobe)
+    snapdir = tempfile.mkdtemp(prefix="ncclprobe-bench-bin-")
+    args.ncclprobe_src = args.ncclprobe
+    args.ncclprobe = shutil.copy2(args.ncclprobe, os.path.join(snapdir, "ncclprobe"))
+    args.binary_changed = binary_stamp(args.ncclprobe_src) != stamp
     perf_probe = PerfProbe()
     stop = {"sig": None}
 
@@ -655,13 +802,19 @@ def main():
             rates = bench_rates(args, args.ncclprobe)
     except KeyboardInterrupt:
         log("interrupted")
+    except RuntimeError as e:
+        log(f"bench.py: error: {e}")
+        stop["sig"] = "error"
     finally:
         for p in STARTED:
             if p.alive():
                 p.stop(signal.SIGINT if p.name.startswith("ncclprobe") else signal.SIGTERM, 30)
         perf_probe.teardown()
     clean = leftovers(perf_probe)
-    text = report(args, lat, rates, clean)
+    try:
+        text = report(args, lat, rates, clean)
+    finally:
+        shutil.rmtree(snapdir, ignore_errors=True)
     print(text)
     if args.out:
         with open(args.out, "w") as f:

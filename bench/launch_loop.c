@@ -22,8 +22,9 @@
  * after --iters (whichever comes first when both are given explicitly).
  *
  * --wait-signal: print "ready PID", then wait for SIGUSR1 before the warmup,
- * so a tracer can attach first. SIGTERM/SIGINT stop the loop early; the
- * results so far are still printed.
+ * so a tracer can attach first (SIGTERM/SIGINT while waiting: exit at once).
+ * SIGTERM/SIGINT during the loop stop it early; the results so far are
+ * still printed.
  *
  * Output (stdout): ns_per_launch=<median of batch means> launches=<measured>
  * elapsed_s=<measured window> rate=<achieved launches/s> batches=<n>
@@ -215,15 +216,22 @@ int main(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
 
     if (c.wait_signal) {
+        /* SIGTERM/SIGINT while waiting: leave without launching. */
         sigset_t set;
         sigemptyset(&set);
         sigaddset(&set, SIGUSR1);
+        sigaddset(&set, SIGTERM);
+        sigaddset(&set, SIGINT);
         sigprocmask(SIG_BLOCK, &set, NULL);
         printf("ready %d\n", (int)getpid());
         fflush(stdout);
         int sig = 0;
         if (sigwait(&set, &sig) != 0)
             return 4;
+        if (sig != SIGUSR1)
+            return 0;
+        sigdelset(&set, SIGUSR1);
+        sigprocmask(SIG_UNBLOCK, &set, NULL);
     }
     return level(&c, c.depth);
 }

@@ -10,6 +10,7 @@
  * counted in `counters` and per probe in `probe_drops`.
  */
 #include "vmlinux.h"
+#include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 
@@ -125,11 +126,14 @@ static __always_inline void read_reg_args(struct pt_regs *ctx, __u64 args[NP_REG
     args[5] = PT_REGS_PARM6(ctx);
 }
 
-/* Batch wake-ups: only wake the reader once a backlog has built up; it
- * also polls on a short timer, so nothing waits long. */
-static __always_inline __u64 wakeup_flag(void) {
+/* Batch wake-ups: wake the reader once, with the record that makes the
+ * backlog cross wakeup_bytes (a wake-up costs microseconds; once awake the
+ * reader drains everything). It also polls on a short timer, so nothing
+ * waits long. */
+static __always_inline __u64 wakeup_flag(__u32 size) {
     __u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
-    return avail >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+    return avail < wakeup_bytes && avail + size >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
+                                                                : BPF_RB_NO_WAKEUP;
 }
 
 static __always_inline void fill_header(struct np_event_header *h, __u16 type, __u32 size,
@@ -220,8 +224,15 @@ static long stack_vma_end(struct task_struct *task, struct vm_area_struct *vma, 
 static __always_inline __u32 copy_user_stack(struct np_launch_event *e) {
     __u64 end = 0, len = stack_bytes, copied = 0;
     __u8 *dst = (__u8 *)&e->data[1];
+    struct task_struct *task = bpf_get_current_task_btf();
 
-    bpf_find_vma(bpf_get_current_task_btf(), e->sp, stack_vma_end, &end, 0);
+    bpf_find_vma(task, e->sp, stack_vma_end, &end, 0);
+    /* On the main thread every frame lies below start_stack (argc at exec);
+     * above it are argv, the environment and auxv, which unwinding never
+     * needs. */
+    __u64 start_stack = BPF_CORE_READ(task, mm, start_stack);
+    if (start_stack > e->sp && start_stack < end)
+        end = start_stack + 8;
     if (end > e->sp && end - e->sp < len)
         len = end - e->sp;
     if (len > NP_MAX_STACK_BYTES)
@@ -293,7 +304,7 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
         size = sizeof(*e);
     fill_header(&e->hdr, NP_EV_LAUNCH, size, pid_tgid);
 
-    if (bpf_ringbuf_output(&events, e, size, wakeup_flag()) != 0) {
+    if (bpf_ringbuf_output(&events, e, size, wakeup_flag(size)) != 0) {
         count(NP_CNT_LAUNCH_DROPPED);
         count_probe(&probe_drops, e->called_as);
         return 0;
@@ -400,7 +411,7 @@ static __always_inline int on_return(struct pt_regs *ctx) {
     fill_header(&h->hdr, NP_EV_HANDLE, sizeof(*h), pid_tgid);
     /* A call that produced nothing (it failed) names nothing. */
     if (h->handle) {
-        if (bpf_ringbuf_output(&events, h, sizeof(*h), wakeup_flag()) == 0) {
+        if (bpf_ringbuf_output(&events, h, sizeof(*h), wakeup_flag(sizeof(*h))) == 0) {
             count(NP_CNT_HANDLE_SENT);
         } else {
             count(NP_CNT_HANDLE_DROPPED);
