@@ -191,7 +191,7 @@ time.sleep(60)
 def main():
     table, _ = latency_table()
     rows = ["| workload | mode | replay result |", "|---|---|---|"]
-    loop_argv = [LOOP, "--wait-signal", "--depth", "10", "--iters", "2000", "--warmup", "10",
+    loop_argv = [LOOP, "--wait-signal", "--depth", "10", "--iters", "1000000", "--warmup", "10",
                  "--rate", "1000"]
     for mode in ([], ["--unwind", "fp"]):
         rows.append(replay("launch_loop (C, 15 frames)", loop_argv, mode))

@@ -4,8 +4,11 @@ libcudart.so.13 (and its driver stub libcuda), real processes.
 Expected values come from the workloads' source (tests/progs/README.md) and
 from the counts the workloads print themselves - never from ncclprobe."""
 
+import shutil
 import signal
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -291,3 +294,82 @@ for lib, n in zip(libs, (3, 5)):
     launches = {p["library"]: p["launches"] for p in rec.summary["probes"]
                 if p["symbol"] == "cudaLaunchKernel"}
     assert launches == {str(copies[0]): 3, str(copies[1]): 5}
+
+
+STATIC_APP = r"""
+#include <cstdio>
+#include <unistd.h>
+__global__ void static_scale(float *x, int n) {
+    if (threadIdx.x < n)
+        x[threadIdx.x] *= 2.0f;
+}
+__attribute__((noinline)) void run_static(int i) {
+    static_scale<<<dim3(2, 1, 1), dim3(32, 1, 1)>>>(nullptr, i);
+    __asm__ volatile("");
+}
+int main() {
+    for (int i = 0; i < 3; i++)
+        run_static(i);
+    usleep(100000);
+    std::printf("done\n");
+}
+"""
+
+
+@pytest.mark.skipif(not shutil.which("nvcc") and not Path("/usr/local/cuda/bin/nvcc").exists(),
+                    reason="nvcc not installed")
+def test_cudart_linked_statically_into_the_executable(tmp_path):
+    """nvcc links cudart statically by default: the launch functions are local
+    symbols of the executable itself, and are probed there."""
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    (tmp_path / "app.cu").write_text(STATIC_APP)
+    app = tmp_path / "static_app"
+    subprocess.run([nvcc, "-O2", "-cudart", "static", "-o", app, tmp_path / "app.cu"],
+                   check=True, capture_output=True)
+    nm = subprocess.run(["nm", "-D", app], capture_output=True, text=True).stdout
+    assert "cudaLaunchKernel" not in nm  # not exported: only in .symtab
+    rec = record(tmp_path, ["--", app])
+    assert rec.returncode == 0, rec.stderr
+    rows = rec.ext_lines()
+    assert len(rows) == 3
+    for *_, frames in rows:
+        assert frames[-2:] == ["__cudaLaunchKernel", "[GPU_Kernel]static_scale"], frames
+        assert "run_static" in frames and "main" in frames
+    libs = [l["path"] for t in rec.summary["targets"] for l in t["libraries"] if l["cuda"]]
+    assert libs == [str(app)]
+
+
+@needs_real_cudart
+@pytest.mark.skipif(not shutil.which("unshare"), reason="util-linux unshare not installed")
+def test_library_visible_only_in_the_targets_mount_namespace(tmp_path, workloads):
+    """A containerised process maps a libcudart that exists only in its own
+    mount namespace: probes and symbols go through /proc/PID/root."""
+    private = "/mnt/ncclprobe-private-test"
+    script = (f"mkdir -p {private} && mount -t tmpfs none {private} && "
+              f"cp {PROGS_ENV['CUDART_PATH']} {private}/ && exec /usr/bin/python3 -c '"
+              "import ctypes, os, signal, sys\n"
+              "class dim3(ctypes.Structure):\n"
+              "    _fields_ = [(\"x\", ctypes.c_uint), (\"y\", ctypes.c_uint), "
+              "(\"z\", ctypes.c_uint)]\n"
+              f"lib = ctypes.CDLL(\"{private}/libcudart.so.13\")\n"
+              "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})\n"
+              "print(\"ready\", os.getpid(), flush=True)\n"
+              "signal.sigwait({signal.SIGUSR1})\n"
+              "for _ in range(4):\n"
+              "    lib.cudaLaunchKernel(ctypes.c_void_p(1), dim3(1, 1, 1), dim3(1, 1, 1), None, "
+              "ctypes.c_size_t(0), None)\n'")
+    w = Workload(["unshare", "--mount", "--propagation", "private", "sh", "-c", script])
+    workloads.append(w)
+    assert not Path(f"{private}/libcudart.so.13").exists()  # not in our namespace
+    probe = Attached(tmp_path, [w.pid])
+    probe.wait_attached()
+    w.go()
+    w.finish()
+    rec = probe.finish()
+    assert rec.returncode == 0, rec.stderr
+    rows = rec.ext_lines()
+    assert len(rows) == 4
+    assert all(frames[-2] == "cudaLaunchKernel" for *_, frames in rows)
+    libs = [l for t in rec.summary["targets"] for l in t["libraries"] if l["cuda"]]
+    assert [l["path"] for l in libs] == [f"{private}/libcudart.so.13"]
+    assert libs[0]["probes_attached"] > 0

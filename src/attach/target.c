@@ -76,6 +76,7 @@ void np_target_free(struct np_target *t) {
         free(t->libs[i].path);
     free(t->libs);
     np_map_free(&t->seen_files, NULL);
+    np_target_forget_stacks(t);
     np_unwinder_free(t->unwinder);
     np_symbolizer_free(t->sym);
     np_kernel_names_free(t->kernels);
@@ -98,6 +99,10 @@ int np_target_cuda_library_count(const struct np_target *t) {
     for (size_t i = 0; i < t->nlibs; i++)
         n += t->libs[i].cuda;
     return n;
+}
+
+void np_target_forget_stacks(struct np_target *t) {
+    np_map_free(&t->stack_texts, free);
 }
 
 struct np_library *np_target_add_library(struct np_target *t, const char *path) {

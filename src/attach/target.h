@@ -25,7 +25,8 @@ struct np_target {
     bool exited;
     struct np_library *libs;
     size_t nlibs, libs_cap;
-    struct np_map seen_files; /* "dev:inode" of every executable file looked at */
+    struct np_map seen_files;  /* "dev:inode" of every executable file looked at */
+    struct np_map stack_texts; /* ingest's cache: hash of a PC sequence -> its folded text */
     struct np_symbolizer *sym;
     struct np_unwinder *unwinder;
     struct np_kernel_names *kernels;
@@ -41,6 +42,9 @@ void np_target_refresh_identity(struct np_target *t);
  * such libraries there are (the dynamic loader's hook does not count). */
 int np_target_probe_count(const struct np_target *t);
 int np_target_cuda_library_count(const struct np_target *t);
+
+/* Drops the cached stack texts (a library was loaded: names may change). */
+void np_target_forget_stacks(struct np_target *t);
 
 struct np_library *np_target_add_library(struct np_target *t, const char *path);
 bool np_target_saw_file(const struct np_target *t, uint64_t dev, uint64_t inode);

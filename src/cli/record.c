@@ -326,6 +326,7 @@ static void on_new_mapping(void *ctx, struct np_target *t, uint64_t ts_ns) {
         return;
     np_target_refresh_identity(t); /* a -- CMD child has exec'd since we forked it */
     ensure_symbolizer(s, t);
+    np_target_forget_stacks(t); /* addresses may name other functions now */
     int n = np_attach_from_maps(&s->attacher, t, ts_ns);
     if (n > 0)
         np_info("pid %d (%s): %d more probes attached after a library was loaded", t->pid, t->comm,

@@ -12,6 +12,7 @@
 #include "attach/target.h"
 #include "correlate/kernels.h"
 #include "ingest/launch.h"
+#include "lib/hashmap.h"
 #include "lib/util.h"
 #include "ncclprobe/events.h"
 #include "symbolize/symbolize.h"
@@ -19,6 +20,7 @@
 #include "writers/output.h"
 
 void np_ingest_free(struct np_ingest *in) {
+    np_str_free(&in->stack);
     free(in->stats.per_probe);
     in->stats.per_probe = NULL;
     in->stats.per_probe_len = 0;
@@ -73,6 +75,55 @@ static void write_stack(struct np_target *t, const uint64_t *pcs, uint32_t n,
         append_frame(out, entry_name ? entry_name : np_symbolize(t->sym, pcs[0], false)->name);
 }
 
+/* A PC sequence already written once: its text, reused. Stacks repeat (a
+ * serving loop launches the same few hundred call paths); this skips
+ * symbolizing and joining the frames again. Bounded: past
+ * STACK_CACHE_MAX entries the cache starts over. */
+#define STACK_CACHE_MAX 65536
+
+struct cached_stack { /* one allocation: the PCs, then the text */
+    const char *marker, *entry;
+    uint32_t n;
+    const char *text;
+    uint64_t pcs[];
+};
+
+static uint64_t stack_key(const uint64_t *pcs, uint32_t n, const char *marker, const char *entry) {
+    return np_hash_bytes(pcs, n * sizeof(*pcs)) ^ ((uintptr_t)marker * 31) ^
+           ((uintptr_t)entry * 131);
+}
+
+static void write_stack_cached(struct np_target *t, const uint64_t *pcs, uint32_t n,
+                               const char *marker, const char *entry, struct np_str *out) {
+    if (!t->sym) { /* raw addresses: symbols may still come */
+        write_stack(t, pcs, n, marker, entry, out);
+        return;
+    }
+    uint64_t key = stack_key(pcs, n, marker, entry);
+    struct cached_stack *c = np_map_get_u64(&t->stack_texts, key);
+    if (c && c->n == n && c->marker == marker && c->entry == entry &&
+        memcmp(c->pcs, pcs, n * sizeof(*pcs)) == 0) {
+        np_str_reset(out);
+        np_str_append(out, c->text);
+        return;
+    }
+    write_stack(t, pcs, n, marker, entry, out);
+    if (out->failed)
+        return;
+    if (t->stack_texts.count >= STACK_CACHE_MAX)
+        np_target_forget_stacks(t);
+    c = malloc(sizeof(*c) + n * sizeof(*pcs) + out->len + 1);
+    if (!c)
+        return;
+    char *text = (char *)(c->pcs + n);
+    memcpy(text, np_str_cstr(out), out->len + 1);
+    *c = (struct cached_stack){marker, entry, n, text};
+    memcpy(c->pcs, pcs, n * sizeof(*pcs));
+    free(np_map_get_u64(&t->stack_texts, key)); /* a hash collision: the newer wins */
+    if (np_map_put_u64(&t->stack_texts, key, c) < 0)
+        free(c);
+}
+
 /* Frame-pointer stacks: the kernel's chain, with the caller inserted when
  * the kernel (before Linux 6.12) left it out at a function entry. */
 static void fp_stack(struct np_target *t, const struct np_launch_event *e, const char *entry_name,
@@ -88,7 +139,7 @@ static void fp_stack(struct np_target *t, const struct np_launch_event *e, const
         pcs[m++] = e->ret_addr;
     for (uint32_t i = 1; i < n; i++)
         pcs[m++] = ips[i];
-    write_stack(t, pcs, m, n == NP_MAX_STACK ? "[truncated]" : NULL, entry_name, out);
+    write_stack_cached(t, pcs, m, n == NP_MAX_STACK ? "[truncated]" : NULL, entry_name, out);
 }
 
 static void count_unwind(struct np_unwind_stats *st, const struct np_unwind_result *r) {
@@ -128,7 +179,7 @@ void np_ingest_build_stack(struct np_ingest *in, struct np_target *t,
     const char *marker = r.end == NP_UNWIND_COMPLETE    ? NULL
                          : r.end == NP_UNWIND_TRUNCATED ? "[truncated]"
                                                         : "[unknown]";
-    write_stack(t, r.pcs, r.n, marker, entry_name, out);
+    write_stack_cached(t, r.pcs, r.n, marker, entry_name, out);
 }
 
 /* The name of the kernel a launch runs, or a bracketed placeholder. */
@@ -227,22 +278,21 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
     np_launch_decode(e, called->def, &l);
     l.nested = really_nested(in, t, e);
 
-    struct np_str stack;
-    np_str_init(&stack);
+    struct np_str *stack = &in->stack;
     /* Via a thunk, ips[0] is the thunk's target: name the function called
      * (also what names the entry when there is no symbolizer). */
     bool name_entry = (e->flags & NP_LF_VIA_THUNK) || !t->sym;
-    np_ingest_build_stack(in, t, e, name_entry ? called->def->symbol : NULL, &stack);
+    np_ingest_build_stack(in, t, e, name_entry ? called->def->symbol : NULL, stack);
 
     if (l.is_nccl_op) {
         t->nccl_ops++;
-        np_output_nccl_op(in->out, t, &l, np_str_cstr(&stack));
+        np_output_nccl_op(in->out, t, &l, np_str_cstr(stack));
     } else {
         char buf[600], stub_buf[600];
         const char *kernel = kernel_name(t, &l, buf, sizeof(buf));
         if (kernel == buf && l.def->layout == NP_LAYOUT_RT_LAUNCH_HANDLE) {
             const char *from_stack =
-                kernel_from_stub_frame(np_str_cstr(&stack), stub_buf, sizeof(stub_buf));
+                kernel_from_stub_frame(np_str_cstr(stack), stub_buf, sizeof(stub_buf));
             if (from_stack)
                 kernel = from_stack;
         }
@@ -250,9 +300,9 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
             t->nested++;
         else
             t->launches++;
-        np_output_launch(in->out, t, &l, np_str_cstr(&stack), kernel);
+        np_output_launch(in->out, t, &l, np_str_cstr(stack), kernel);
     }
-    np_str_free(&stack);
+    np_str_free(stack);
 }
 
 static void handle_handle(struct np_ingest *in, const struct np_handle_event *h, size_t size) {

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+#include "lib/util.h"
 #include <sys/types.h>
 
 struct np_attacher;
@@ -48,9 +50,10 @@ struct np_ingest {
     struct np_target *(*find_target)(void *ctx, pid_t pid);
     void (*on_new_mapping)(void *ctx, struct np_target *t, uint64_t ts_ns);
     void *ctx;
-    long budget;      /* records left before yielding; <= 0: no limit */
-    bool fp_fallback; /* --unwind auto: follow frame pointers where CFI is missing */
-    FILE *raw_dump;   /* --raw-dump: every record as received, "u32 size, bytes" */
+    long budget;         /* records left before yielding; <= 0: no limit */
+    bool fp_fallback;    /* --unwind auto: follow frame pointers where CFI is missing */
+    FILE *raw_dump;      /* --raw-dump: every record as received, "u32 size, bytes" */
+    struct np_str stack; /* reused for each launch's stack */
     struct np_ingest_stats stats;
     struct np_unwind_stats unwind;
 };

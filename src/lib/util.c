@@ -74,11 +74,23 @@ void np_str_append(struct np_str *s, const char *text) {
 
 void np_str_appendf(struct np_str *s, const char *fmt, ...) {
     va_list ap;
+    size_t room = s->cap > s->len ? s->cap - s->len : 0;
+
+    /* Usually it fits the spare capacity: format once. */
     va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    int n = vsnprintf(room ? s->buf + s->len : NULL, room, fmt, ap);
     va_end(ap);
-    if (n < 0 || !np_str_reserve(s, (size_t)n))
+    if (n < 0)
         return;
+    if ((size_t)n < room) {
+        s->len += (size_t)n;
+        return;
+    }
+    if (!np_str_reserve(s, (size_t)n)) {
+        if (s->buf)
+            s->buf[s->len] = '\0'; /* undo the truncated attempt */
+        return;
+    }
     va_start(ap, fmt);
     vsnprintf(s->buf + s->len, (size_t)n + 1, fmt, ap);
     va_end(ap);

@@ -16,12 +16,13 @@
 struct np_output {
     char *dir;
     FILE *ext_folded, *launches_jsonl, *nccl_jsonl, *stacks_jsonl;
-    struct np_map folded_counts; /* "stack;[GPU_Kernel]name" -> (uintptr_t) count */
+    struct np_map folded_counts; /* "stack_id;kernel" -> (uintptr_t) count */
     struct np_map kernel_counts; /* kernel name -> (uintptr_t) count */
     struct np_map stack_ids;     /* stack -> (uintptr_t) id */
+    char **stacks;               /* stacks[id - 1]: the stack of an id */
     uint64_t next_stack_id;
     struct np_output_totals totals;
-    struct np_str line; /* reused line buffer */
+    struct np_str line, ext; /* reused line buffers */
     int first_error;
 };
 
@@ -63,6 +64,7 @@ int np_output_open(const char *dir, struct np_output **out) {
     np_map_init(&o->kernel_counts);
     np_map_init(&o->stack_ids);
     np_str_init(&o->line);
+    np_str_init(&o->ext);
     o->next_stack_id = 1;
     o->ext_folded = open_in(dir, "stacks.ext.folded", &err);
     o->launches_jsonl = open_in(dir, "launches.jsonl", &err);
@@ -110,11 +112,18 @@ static uint64_t stack_id(struct np_output *o, const char *stack) {
     uintptr_t id = (uintptr_t)np_map_get_str(&o->stack_ids, stack);
     if (id)
         return id;
-    id = o->next_stack_id++;
-    if (np_map_put_str(&o->stack_ids, stack, (void *)id) < 0) {
+    char **stacks = realloc(o->stacks, o->next_stack_id * sizeof(*stacks));
+    char *copy = strdup(stack);
+    if (!stacks || !copy || np_map_put_str(&o->stack_ids, stack, (void *)o->next_stack_id) < 0) {
+        if (stacks)
+            o->stacks = stacks;
+        free(copy);
         note_error(o, -ENOMEM);
         return 0;
     }
+    o->stacks = stacks;
+    id = o->next_stack_id++;
+    o->stacks[id - 1] = copy;
     struct np_str line;
     np_str_init(&line);
     np_str_appendf(&line, "{\"stack_id\":%" PRIuPTR ",\"frames\":[", id);
@@ -185,22 +194,25 @@ void np_output_launch(struct np_output *o, const struct np_target *t, const stru
     np_sanitize_frame(leaf, sizeof(leaf), kernel, false);
     struct np_str *s = &o->line;
     np_str_reset(s);
-    np_str_append(s, stack);
-    np_str_appendf(s, "%s[GPU_Kernel]%s", *stack ? ";" : "", leaf);
+    np_str_appendf(s, "%" PRIu64 ";%s", sid, leaf); /* the stack by id: a short key */
     bump(o, &o->folded_counts, np_str_cstr(s));
     bump(o, &o->kernel_counts, leaf);
+    np_str_reset(s);
+    np_str_append(s, stack);
+    np_str_appendf(s, "%s[GPU_Kernel]%s", *stack ? ";" : "", leaf);
 
     char comm[NP_COMM_LEN + 1];
     memcpy(comm, l->ev->comm, NP_COMM_LEN);
     comm[NP_COMM_LEN] = '\0';
     char safe[NP_COMM_LEN * 2];
     np_output_safe_comm(safe, sizeof(safe), comm);
-    struct np_str line;
-    np_str_init(&line);
-    np_str_appendf(&line, "%" PRIu64 " %s %u %u %u %s\n", (uint64_t)l->ev->hdr.ts_ns, safe,
-                   l->ev->hdr.pid, l->ev->hdr.tid, l->ev->cpu, np_str_cstr(s));
-    write_line(o, o->ext_folded, &line);
-    np_str_free(&line);
+    struct np_str *line = &o->ext;
+    np_str_reset(line);
+    np_str_appendf(line, "%" PRIu64 " %s %u %u %u ", (uint64_t)l->ev->hdr.ts_ns, safe,
+                   l->ev->hdr.pid, l->ev->hdr.tid, l->ev->cpu);
+    np_str_append_n(line, s->buf, s->len); /* long: copied, not formatted */
+    np_str_append_n(line, "\n", 1);
+    write_line(o, o->ext_folded, line);
 }
 
 void np_output_nccl_op(struct np_output *o, const struct np_target *t, const struct np_launch *l,
@@ -239,7 +251,13 @@ static void write_folded(struct np_output *o) {
         return;
     for (size_t i = 0; i < o->folded_counts.cap; i++) {
         const struct np_map_entry *e = &o->folded_counts.slots[i];
-        if (e->used && fprintf(f, "%s %" PRIuPTR "\n", e->skey, (uintptr_t)e->value) < 0)
+        if (!e->used)
+            continue;
+        char *kernel = NULL;
+        uint64_t id = strtoull(e->skey, &kernel, 10);
+        const char *stack = id >= 1 && id < o->next_stack_id ? o->stacks[id - 1] : "";
+        if (fprintf(f, "%s%s[GPU_Kernel]%s %" PRIuPTR "\n", stack, *stack ? ";" : "", kernel + 1,
+                    (uintptr_t)e->value) < 0)
             note_error(o, -errno);
     }
     if (fclose(f) != 0)
@@ -265,7 +283,11 @@ int np_output_close(struct np_output *o) {
     np_map_free(&o->folded_counts, NULL);
     np_map_free(&o->kernel_counts, NULL);
     np_map_free(&o->stack_ids, NULL);
+    for (uint64_t id = 1; id < o->next_stack_id; id++)
+        free(o->stacks[id - 1]);
+    free(o->stacks);
     np_str_free(&o->line);
+    np_str_free(&o->ext);
     free(o->dir);
     free(o);
     return err;

@@ -90,6 +90,7 @@ static cJSON *target_json(const struct np_target *t) {
         if (l->first_error)
             add_text(lj, "error", strerror(-l->first_error));
         cJSON_AddBoolToObject(lj, "loaded_after_attach", l->late);
+        cJSON_AddBoolToObject(lj, "cuda", l->cuda);
         if (l->late && l->attached_ns >= l->seen_ns)
             cJSON_AddNumberToObject(lj, "attach_latency_ms",
                                     (double)(l->attached_ns - l->seen_ns) / 1e6);
