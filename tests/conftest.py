@@ -174,6 +174,16 @@ class Attached:
         return self.finish(timeout)
 
 
+def record_attached(tmp_path, w, extra=()):
+    """Attaches ncclprobe to the waiting workload w, starts it, waits for both
+    to end: returns (recording, workload stdout, ncclprobe's attach message)."""
+    probe = Attached(tmp_path, [w.pid], extra=extra)
+    attached = probe.wait_attached()
+    w.go()
+    out, _ = w.finish()
+    return probe.finish(), out, attached
+
+
 @pytest.fixture
 def workloads():
     """Workloads started by a test; killed if the test left them running."""

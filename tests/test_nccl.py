@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROGS, Attached, Workload, needs_bpf, record, thread_lines
+from conftest import PROGS, Workload, needs_bpf, record, record_attached, thread_lines
 
 pytestmark = needs_bpf
 
@@ -68,11 +68,7 @@ def test_real_libnccl_attaches_and_reports_api_arguments(tmp_path, workloads):
     w = Workload([PROGS / "nccl_user", "--iters", "4", "--real-nccl", REAL_NCCL,
                   "--wait-signal"])
     workloads.append(w)
-    probe = Attached(tmp_path, [w.pid])
-    probe.wait_attached()
-    w.go()
-    out, _ = w.finish()
-    rec = probe.finish()
+    rec, out, _ = record_attached(tmp_path, w)
     assert rec.returncode == 0, rec.stderr
     assert "rc=4" in out  # ncclInvalidArgument: comm is NULL, no GPU
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import (PROGS, PROGS_ENV, Attached, Workload, needs_bpf, needs_real_cudart,
-                      record, thread_lines)
+                      record, record_attached, thread_lines)
 
 pytestmark = needs_bpf
 
@@ -130,11 +130,7 @@ def test_attach_to_running_process_by_pid(tmp_path, workloads):
     w = Workload([PROGS / "launcher", "--wait-signal", "--threads", "2", "--iters", "25",
                   "--variant", "rt,drv_ex"])
     workloads.append(w)
-    probe = Attached(tmp_path, [w.pid])
-    probe.wait_attached()
-    w.go()
-    out, _ = w.finish()
-    rec = probe.finish()
+    rec, out, _ = record_attached(tmp_path, w)
     assert rec.returncode == 0, rec.stderr
     expected = thread_lines(out)
     got = {}
@@ -153,11 +149,8 @@ def test_library_dlopened_after_attach_is_probed(tmp_path, workloads):
     w = Workload([PROGS / "late_loader", "--iters", "5", "--settle-ms", "300",
                   PROGS_ENV["CUDART_PATH"]])
     workloads.append(w)
-    probe = Attached(tmp_path, [w.pid])
-    assert "waiting for one" in probe.wait_attached()
-    w.go()
-    out, _ = w.finish()
-    rec = probe.finish()
+    rec, out, attached = record_attached(tmp_path, w)
+    assert "waiting for one" in attached
     assert rec.returncode == 0, rec.stderr
     stacks = [r[5] for r in rec.ext_lines()]
     assert len(stacks) == 5 == sum(thread_lines(out).values())
@@ -241,11 +234,7 @@ def test_driver_launches_are_named_from_the_calls_that_made_their_handles(tmp_pa
     unnamed, and says so."""
     w = Workload([PROGS / "driver_user", "--iters", "4", "--wait-signal"])
     workloads.append(w)
-    probe = Attached(tmp_path, [w.pid])
-    probe.wait_attached()
-    w.go()
-    out, _ = w.finish()
-    rec = probe.finish()
+    rec, out, _ = record_attached(tmp_path, w)
     assert rec.returncode == 0, rec.stderr
     kernels = {}
     for *_, frames in rec.ext_lines():
@@ -285,11 +274,7 @@ for lib, n in zip(libs, (3, 5)):
 """
     w = Workload(["/usr/bin/python3", "-c", script, *copies])
     workloads.append(w)
-    probe = Attached(tmp_path, [w.pid])
-    probe.wait_attached()
-    w.go()
-    w.finish()
-    rec = probe.finish()
+    rec, _, _ = record_attached(tmp_path, w)
     assert rec.returncode == 0, rec.stderr
     launches = {p["library"]: p["launches"] for p in rec.summary["probes"]
                 if p["symbol"] == "cudaLaunchKernel"}
@@ -361,11 +346,7 @@ def test_library_visible_only_in_the_targets_mount_namespace(tmp_path, workloads
     w = Workload(["unshare", "--mount", "--propagation", "private", "sh", "-c", script])
     workloads.append(w)
     assert not Path(f"{private}/libcudart.so.13").exists()  # not in our namespace
-    probe = Attached(tmp_path, [w.pid])
-    probe.wait_attached()
-    w.go()
-    w.finish()
-    rec = probe.finish()
+    rec, _, _ = record_attached(tmp_path, w)
     assert rec.returncode == 0, rec.stderr
     rows = rec.ext_lines()
     assert len(rows) == 4
