@@ -168,6 +168,7 @@ static void write_launch_json(struct np_output *o, const struct np_target *t,
     json_common(s, t, l);
     np_str_append(s, ",\"api\":");
     np_json_string(s, l->def->api);
+    np_str_appendf(s, ",\"probe_id\":%u", l->ev->called_as);
     np_str_append(s, ",\"kernel\":");
     np_json_string(s, kernel);
     np_str_appendf(s, ",\"func\":\"0x%" PRIx64 "\"", l->func);
