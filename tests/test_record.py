@@ -354,3 +354,21 @@ def test_library_visible_only_in_the_targets_mount_namespace(tmp_path, workloads
     libs = [l for t in rec.summary["targets"] for l in t["libraries"] if l["cuda"]]
     assert [l["path"] for l in libs] == [f"{private}/libcudart.so.13"]
     assert libs[0]["probes_attached"] > 0
+
+
+@needs_real_cudart
+def test_outputs_are_written_while_recording(tmp_path, workloads):
+    """A live recording's files fill as it goes (tail -f), not only at exit."""
+    w = Workload([PROGS / "launcher", "--wait-signal", "--loop-until-signal", "--sleep-us",
+                  "1000", "--variant", "rt"])
+    workloads.append(w)
+    probe = Attached(tmp_path, [w.pid])
+    probe.wait_attached()
+    w.go()
+    time.sleep(2.5)
+    live = (probe.out / "stacks.ext.folded").read_text().splitlines()
+    rec = probe.stop()
+    w.proc.send_signal(signal.SIGTERM)
+    assert rec.returncode == 0, rec.stderr
+    assert len(live) > 100
+    assert all(line.endswith("[GPU_Kernel]vector_add_kernel") for line in live[:-1])

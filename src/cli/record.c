@@ -527,6 +527,7 @@ static int run_loop(struct session *s) {
     uint64_t deadline =
         s->opt.duration_s > 0 ? s->start_ns + (uint64_t)(s->opt.duration_s * 1e9) : UINT64_MAX;
     struct epoll_event evs[16];
+    uint64_t last_flush = np_monotonic_ns();
 
     for (;;) {
         int timeout = POLL_MS;
@@ -568,6 +569,12 @@ static int run_loop(struct session *s) {
         if (all_targets_gone(s)) {
             s->stop_reason = "targets exited";
             return 0;
+        }
+        /* Once a second the files get what was read: `tail -f` works, and
+         * a kill -9 loses at most a second of output. */
+        if (np_monotonic_ns() - last_flush >= 1000000000ull) {
+            np_output_flush(s->out);
+            last_flush = np_monotonic_ns();
         }
     }
 }
