@@ -87,13 +87,22 @@ struct {
     __type(value, struct thunk_entry);
 } thunk_by_tid SEC(".maps");
 
-/* A handle-producing call in flight: filled at entry, sent at return. */
+/* A handle-producing call in flight: filled at entry, sent at return. Keyed
+ * by thread and entry stack pointer, so a producer calling another (the
+ * runtime calling an exported driver function) keeps both. At the return
+ * the stack pointer is the entry's plus the popped return address. */
+struct call_key {
+    __u32 tid;
+    __u32 pad;
+    __u64 sp;
+};
+
 struct {
     __uint(type, BPF_MAP_TYPE_LRU_HASH);
     __uint(max_entries, 16384);
-    __type(key, __u32);
+    __type(key, struct call_key);
     __type(value, struct np_handle_event);
-} handle_by_tid SEC(".maps");
+} handle_calls SEC(".maps");
 
 /* Scratch for building a launch event, one slot per CPU (user space sets
  * max_entries to the number of possible CPUs). Too big for the 512-byte BPF
@@ -131,6 +140,8 @@ static __always_inline void read_reg_args(struct pt_regs *ctx, __u64 args[NP_REG
  * reader drains everything). It also polls on a short timer, so nothing
  * waits long. */
 static __always_inline __u64 wakeup_flag(__u32 size) {
+    if (!wakeup_bytes) /* --wakeup-kb 0: every record */
+        return BPF_RB_FORCE_WAKEUP;
     __u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
     return avail < wakeup_bytes && avail + size >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
                                                                 : BPF_RB_NO_WAKEUP;
@@ -323,9 +334,10 @@ static __always_inline void remember_handle_call(struct pt_regs *ctx,
                                                  const struct np_probe_cfg *cfg, __u32 probe_id,
                                                  __u32 tid) {
     struct np_handle_event empty = {};
-    if (bpf_map_update_elem(&handle_by_tid, &tid, &empty, BPF_ANY) != 0)
+    struct call_key key = {.tid = tid, .sp = PT_REGS_SP(ctx)};
+    if (bpf_map_update_elem(&handle_calls, &key, &empty, BPF_ANY) != 0)
         return;
-    struct np_handle_event *h = bpf_map_lookup_elem(&handle_by_tid, &tid);
+    struct np_handle_event *h = bpf_map_lookup_elem(&handle_calls, &key);
     if (!h)
         return;
     __u64 args[NP_REG_ARGS];
@@ -375,6 +387,7 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
     switch (cfg->role) {
     case NP_ROLE_LAUNCH:
     case NP_ROLE_API:
+        count(NP_CNT_LAUNCH_HITS);
         return emit_launch(ctx, cfg, probe_id, pid_tgid);
     case NP_ROLE_THUNK:
         remember_thunk(ctx, probe_id, (__u32)pid_tgid);
@@ -401,7 +414,8 @@ static __always_inline int on_return(struct pt_regs *ctx) {
         return 0;
     count_probe(&probe_hits, probe_id);
 
-    struct np_handle_event *h = bpf_map_lookup_elem(&handle_by_tid, &tid);
+    struct call_key key = {.tid = tid, .sp = PT_REGS_SP(ctx) - 8};
+    struct np_handle_event *h = bpf_map_lookup_elem(&handle_calls, &key);
     if (!h)
         return 0;
     __u64 out_ptr = h->handle;
@@ -418,7 +432,7 @@ static __always_inline int on_return(struct pt_regs *ctx) {
             count_probe(&probe_drops, probe_id);
         }
     }
-    bpf_map_delete_elem(&handle_by_tid, &tid);
+    bpf_map_delete_elem(&handle_calls, &key);
     return 0;
 }
 

@@ -152,3 +152,15 @@ def test_target_is_never_blocked_when_ncclprobe_is_killed(tmp_path, workloads):
     assert "launches=200" in out
     links = subprocess.run(["bpftool", "link", "list"], capture_output=True, text=True).stdout
     assert "np_entry" not in links
+
+
+@needs_bpf
+def test_thread_id_is_refused_with_the_process_id(tmp_path, workloads):
+    """A thread id reads like a pid in /proc, but the probes serve processes:
+    say which process it belongs to instead of recording nothing."""
+    w = Workload([PROGS / "launcher", "--wait-signal", "--threads", "2", "--variant", "rt"])
+    workloads.append(w)
+    tids = [int(t) for t in os.listdir(f"/proc/{w.pid}/task") if int(t) != w.pid]
+    proc = run_ncclprobe(["record", "-o", tmp_path / "out", "--pid", tids[0]])
+    assert proc.returncode == FAILURE
+    assert f"{tids[0]} is a thread of process {w.pid}: give the process id" in proc.stderr

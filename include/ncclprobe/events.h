@@ -139,6 +139,7 @@ enum np_counter {
     NP_CNT_MAP_DROPPED,
     NP_CNT_FOREIGN_HITS, /* a probe fired in a process it does not serve */
     NP_CNT_THUNK_HITS,
+    NP_CNT_LAUNCH_HITS, /* launch/API probe hits: = LAUNCH_SENT + LAUNCH_DROPPED */
     NP_CNT_MAX
 };
 

@@ -146,8 +146,12 @@ static int attach_site(struct np_attacher *a, struct np_probe_site *s, const cha
         opts.retprobe = true;
         s->ret_link = bpf_program__attach_uprobe_opts(a->skel->progs.np_return, s->pid, binary,
                                                       s->offset, &opts);
-        if (!s->ret_link)
-            return -errno;
+        if (!s->ret_link) {
+            int err = -errno;
+            bpf_link__destroy(s->link); /* half a handle probe is no probe */
+            s->link = NULL;
+            return err;
+        }
     }
     return 0;
 }
@@ -254,12 +258,14 @@ static int attach_scan(struct np_attacher *a, struct np_target *t, const char *t
     lib->seen_ns = seen_ns ? seen_ns : np_monotonic_ns();
     lib->late = t->attached;
 
-    size_t first = a->nsites;
+    size_t first = a->nsites, unplaced = 0;
     for (size_t i = 0; i < scan->count; i++) {
         const struct np_elf_match *m = &scan->matches[i];
         struct np_probe_site *s = new_site(a);
-        if (!s)
-            return -ENOMEM;
+        if (!s) { /* out of probe ids (or memory): probe what has one */
+            unplaced = scan->count - i;
+            break;
+        }
         s->pid = t->pid;
         s->def = m->def;
         s->lib_index = lib_index;
@@ -276,6 +282,12 @@ static int attach_scan(struct np_attacher *a, struct np_target *t, const char *t
 
     int attached = 0;
     lib = &t->libs[lib_index];
+    if (unplaced) {
+        lib->probes_failed += (int)unplaced;
+        lib->first_error = -ENOSPC;
+        np_warn("pid %d: %zu probes of %s not attached: more than %d probes in all", t->pid,
+                unplaced, target_path, NP_MAX_PROBES - 1);
+    }
     for (size_t i = first; i < a->nsites; i++) {
         const struct np_probe_site *s = &a->sites[i];
         if (!s->err) {

@@ -47,6 +47,18 @@ void np_target_refresh_identity(struct np_target *t) {
     }
 }
 
+int np_process_tgid(pid_t pid) {
+    char path[64], *text = NULL;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    int err = np_read_file(path, &text, NULL);
+    if (err)
+        return err == -ENOENT ? -ESRCH : err;
+    const char *line = strstr(text, "\nTgid:");
+    int tgid = line ? atoi(line + 6) : -EINVAL;
+    free(text);
+    return tgid > 0 ? tgid : -EINVAL;
+}
+
 int np_target_new(pid_t pid, struct np_target **out) {
     struct np_target *t = calloc(1, sizeof(*t));
     if (!t)
@@ -61,9 +73,10 @@ int np_target_new(pid_t pid, struct np_target **out) {
     }
     t->exe = read_exe(pid);
     t->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-    if (!t->exe) {
+    err = !t->exe ? -ENOMEM : t->pidfd < 0 ? -errno : 0;
+    if (err) { /* without a pidfd we would never notice the exit */
         np_target_free(t);
-        return -ENOMEM;
+        return err;
     }
     *out = t;
     return 0;

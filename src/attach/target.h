@@ -33,6 +33,10 @@ struct np_target {
     uint64_t launches, nested, nccl_ops;
 };
 
+/* The process (thread group) a pid belongs to: itself for a process id,
+ * another for a thread id; -ESRCH if there is no such pid. */
+int np_process_tgid(pid_t pid);
+
 /* Reads comm and exe of a live pid; -ESRCH if it does not exist. */
 int np_target_new(pid_t pid, struct np_target **out);
 void np_target_free(struct np_target *t);

@@ -7,7 +7,9 @@
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
+#include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,24 +144,36 @@ void np_child_free(struct np_child *c) {
     c->path = NULL;
 }
 
-static int is_dynamic_elf(const char *path) {
+/* The glibc dynamic loader named in path's PT_INTERP, or NULL: a static
+ * executable, a script, or another libc's loader (musl's would ignore the
+ * listing request and run the program). */
+static char *glibc_interpreter(const char *path) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return 0;
+        return NULL;
     elf_version(EV_CURRENT);
     Elf *elf = elf_begin(fd, ELF_C_READ, NULL);
-    int dynamic = 0;
+    char *interp = NULL;
     size_t n = 0;
     if (elf && elf_kind(elf) == ELF_K_ELF && elf_getphdrnum(elf, &n) == 0) {
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < n && !interp; i++) {
             GElf_Phdr ph;
-            if (gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_INTERP)
-                dynamic = 1;
+            size_t size;
+            const char *image = elf_rawfile(elf, &size);
+            if (!gelf_getphdr(elf, (int)i, &ph) || ph.p_type != PT_INTERP || !image ||
+                ph.p_offset >= size || ph.p_filesz > size - ph.p_offset)
+                continue;
+            interp = strndup(image + ph.p_offset, ph.p_filesz);
         }
     }
     elf_end(elf);
     close(fd);
-    return dynamic;
+    const char *base = interp ? strrchr(interp, '/') : NULL;
+    if (!base || strncmp(base + 1, "ld-linux", 8) != 0) {
+        free(interp);
+        return NULL;
+    }
+    return interp;
 }
 
 void np_free_string_list(char **list, int n) {
@@ -181,34 +195,48 @@ static char *path_of_line(const char *line) {
     return strndup(p, n);
 }
 
+#define LIST_TIMEOUT_MS 5000
+
 int np_child_needed_libraries(const char *path, char ***out) {
     *out = NULL;
-    if (!is_dynamic_elf(path))
+    char *interp = glibc_interpreter(path);
+    if (!interp)
         return 0;
     int fds[2];
-    if (pipe2(fds, O_CLOEXEC) < 0)
+    if (pipe2(fds, O_CLOEXEC) < 0) {
+        free(interp);
         return -errno;
+    }
     pid_t pid = fork();
     if (pid < 0) {
+        free(interp);
         close(fds[0]);
         close(fds[1]);
         return -errno;
     }
     if (pid == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
         dup2(fds[1], STDOUT_FILENO);
         int devnull = open("/dev/null", O_RDWR);
         if (devnull >= 0)
             dup2(devnull, STDIN_FILENO);
-        setenv("LD_TRACE_LOADED_OBJECTS", "1", 1);
-        execl(path, path, (char *)NULL);
+        /* "ld.so --list FILE" lists and exits; it never runs FILE */
+        execl(interp, interp, "--list", path, (char *)NULL);
         _exit(127);
     }
+    free(interp);
     close(fds[1]);
     FILE *f = fdopen(fds[0], "r");
     char **list = NULL;
     int n = 0;
     char line[4096];
-    while (f && fgets(line, sizeof(line), f)) {
+    uint64_t deadline = np_monotonic_ns() + LIST_TIMEOUT_MS * 1000000ull;
+    struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
+    while (f && np_monotonic_ns() < deadline &&
+           poll(&pfd, 1, (int)((deadline - np_monotonic_ns()) / 1000000) + 1) > 0 &&
+           fgets(line, sizeof(line), f)) {
         char *lib = path_of_line(line);
         if (!lib)
             continue;
@@ -220,6 +248,7 @@ int np_child_needed_libraries(const char *path, char ***out) {
         list = bigger;
         list[n++] = lib;
     }
+    kill(pid, SIGKILL); /* it is done by now, or stuck: either way, it goes */
     if (f)
         fclose(f);
     else

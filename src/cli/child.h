@@ -42,9 +42,9 @@ void np_child_abort(struct np_child *c);
 void np_child_free(struct np_child *c);
 
 /* The shared libraries the dynamic loader will map for path, resolved by
- * the real loader (LD_TRACE_LOADED_OBJECTS), without running the program.
- * Only for dynamically linked ELF executables; anything else gets an
- * empty list. Returns the number of paths or -errno. */
+ * the real loader (glibc's "ld.so --list PATH"), without running the
+ * program. Only for ELF executables whose interpreter is glibc's loader;
+ * anything else gets an empty list. Returns the number of paths or -errno. */
 int np_child_needed_libraries(const char *path, char ***out);
 void np_free_string_list(char **list, int n);
 

@@ -341,6 +341,11 @@ static int attach_pid(struct session *s, pid_t pid) {
         np_err("cannot record ncclprobe itself (pid %d)", pid);
         return -EINVAL;
     }
+    int tgid = np_process_tgid(pid);
+    if (tgid > 0 && tgid != pid) {
+        np_err("%d is a thread of process %d: give the process id (--pid %d)", pid, tgid, tgid);
+        return -EINVAL;
+    }
     int err = add_target(s, pid, &t);
     if (err == -ESRCH) {
         np_err("no such process: %d", pid);
@@ -553,15 +558,20 @@ static int run_loop(struct session *s) {
         for (int i = 0; i < n; i++) {
             uint64_t tag = evs[i].data.u64;
             if (tag == TAG_SIGNAL) {
+                /* All pending signals: a SIGCHLD queued behind a SIGINT still
+                 * gets its child serviced. */
                 struct signalfd_siginfo si;
-                if (read(s->sigfd, &si, sizeof(si)) != sizeof(si))
-                    continue;
-                if (si.ssi_signo == SIGCHLD) {
-                    on_child_event(s);
-                    continue;
+                const char *stop = NULL;
+                while (read(s->sigfd, &si, sizeof(si)) == sizeof(si)) {
+                    if (si.ssi_signo == SIGCHLD)
+                        on_child_event(s);
+                    else
+                        stop = si.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM";
                 }
-                s->stop_reason = si.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM";
-                return 0;
+                if (stop) {
+                    s->stop_reason = stop;
+                    return 0;
+                }
             } else if (tag >= TAG_TARGET && tag - TAG_TARGET < s->ntargets) {
                 on_target_exit(s, (size_t)(tag - TAG_TARGET));
             }
@@ -602,14 +612,30 @@ static uint64_t records_received(const struct session *s) {
  * that was mid-flight when the switch flipped still delivers. Then the
  * counts add up (hits = captured + dropped). Removing the uprobes, which
  * is slow, happens afterwards. */
+static uint64_t counter(struct session *s, __u32 which) {
+    int ncpus = libbpf_num_possible_cpus();
+    uint64_t n = 0;
+    if (ncpus > 0)
+        sum_percpu(bpf_map__fd(s->skel->maps.counters), which, ncpus, &n);
+    return n;
+}
+
+/* Every launch hit has been sent or counted as dropped, and everything
+ * sent has been read. A program that passed the `stopped` check before the
+ * switch flipped may still be running (uprobe programs can be preempted). */
+static bool drained(struct session *s) {
+    uint64_t hits = counter(s, NP_CNT_LAUNCH_HITS);
+    uint64_t done = counter(s, NP_CNT_LAUNCH_SENT) + counter(s, NP_CNT_LAUNCH_DROPPED);
+    return hits == done && records_received(s) >= records_sent_by_bpf(s);
+}
+
 static void stop_and_drain(struct session *s) {
     s->skel->bss->stopped = 1;
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    usleep(2000); /* programs past the check finish within microseconds */
     s->ingest.budget = 0;
     for (int i = 0; i < 200; i++) {
         ring_buffer__consume(s->rb);
-        if (records_received(s) >= records_sent_by_bpf(s))
+        if (drained(s))
             return;
         usleep(1000);
     }
@@ -749,6 +775,8 @@ int np_cmd_record(int argc, char **argv) {
         err = run_loop(&s);
     if (s.skel && s.rb)
         stop_and_drain(&s);
+    if (s.rb)
+        on_child_event(&s); /* a child held at its exit meanwhile: read it, let it go */
 
 out:
     if (s.out) {

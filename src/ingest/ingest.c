@@ -245,7 +245,7 @@ static bool really_nested(struct np_ingest *in, struct np_target *t,
                           const struct np_launch_event *e) {
     const struct np_probe_site *outer = np_attacher_site(in->attacher, e->outer_probe);
     if (!(e->flags & NP_LF_NESTED) || !outer || outer->pid != t->pid ||
-        outer->lib_index >= t->nlibs || !e->ret_addr)
+        outer->lib_index >= t->nlibs || !e->ret_addr || !t->sym)
         return false;
     const struct np_frame *caller = np_symbolize(t->sym, e->ret_addr, true);
     return strcmp(caller->module_path, t->libs[outer->lib_index].path) == 0;
@@ -253,16 +253,17 @@ static bool really_nested(struct np_ingest *in, struct np_target *t,
 
 static void handle_launch(struct np_ingest *in, const struct np_launch_event *e, size_t size) {
     if (size < NP_LAUNCH_FIXED_SIZE || e->n_ips > NP_MAX_STACK ||
-        e->stack_len > NP_MAX_STACK_BYTES ||
+        e->stack_len > NP_MAX_STACK_BYTES || ((e->flags & NP_LF_STACK_COPY) && e->n_ips < 1) ||
         size < NP_LAUNCH_FIXED_SIZE + (size_t)e->n_ips * 8 + e->stack_len) {
         in->stats.malformed++;
         return;
     }
-    const struct np_probe_site *site = np_attacher_site(in->attacher, e->probe_id);
-    const struct np_probe_site *called = np_attacher_site(in->attacher, e->called_as);
     struct np_target *t = in->find_target(in->ctx, (pid_t)e->hdr.pid);
     if (t && !t->sym && in->on_new_mapping) /* first record of a process we started */
         in->on_new_mapping(in->ctx, t, e->hdr.ts_ns);
+    /* Looked up only now: attaching (above) can grow the site array. */
+    const struct np_probe_site *site = np_attacher_site(in->attacher, e->probe_id);
+    const struct np_probe_site *called = np_attacher_site(in->attacher, e->called_as);
     if (!site || !called || !t) {
         in->stats.unknown_source++;
         return;
