@@ -355,13 +355,21 @@ static __always_inline void remember_handle_call(struct pt_regs *ctx,
 /* The dynamic loader calls _dl_debug_state (its r_brk, the debugger hook)
  * inside dlopen once the new objects are mapped, before their constructors
  * run and before dlopen returns: wake user space now to probe them. */
-static __always_inline void report_loader_change(__u64 pid_tgid) {
+#define NP_SIGSTOP 19
+
+static __always_inline void report_loader_change(__u64 pid_tgid, const struct np_probe_cfg *cfg) {
     struct np_map_event m = {};
     fill_header(&m.hdr, NP_EV_MAP, sizeof(m), pid_tgid);
-    if (bpf_ringbuf_output(&events, &m, sizeof(m), BPF_RB_FORCE_WAKEUP) == 0)
-        count(NP_CNT_MAP_SENT);
-    else
+    if (bpf_ringbuf_output(&events, &m, sizeof(m), BPF_RB_FORCE_WAKEUP) != 0) {
         count(NP_CNT_MAP_DROPPED);
+        return;
+    }
+    count(NP_CNT_MAP_SENT);
+    /* A process ncclprobe started (-- CMD) waits, stopped, until the new
+     * library is probed: its first launch is seen even right after dlopen.
+     * User space continues it. Processes attached with --pid never stop. */
+    if (cfg->hold)
+        bpf_send_signal(NP_SIGSTOP);
 }
 
 /* Set by user space when the recording stops: from then on nothing is
@@ -396,7 +404,7 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
         remember_handle_call(ctx, cfg, probe_id, (__u32)pid_tgid);
         return 0;
     case NP_ROLE_LOADER:
-        report_loader_change(pid_tgid);
+        report_loader_change(pid_tgid, cfg);
         return 0;
     }
     return 0;

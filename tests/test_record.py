@@ -4,6 +4,7 @@ libcudart.so.13 (and its driver stub libcuda), real processes.
 Expected values come from the workloads' source (tests/progs/README.md) and
 from the counts the workloads print themselves - never from ncclprobe."""
 
+import re
 import shutil
 import signal
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (PROGS, PROGS_ENV, Attached, Workload, needs_bpf, needs_real_cudart,
+from conftest import (PROGS, PROGS_ENV, REPO, Attached, Workload, needs_bpf, needs_real_cudart,
                       record, record_attached, thread_lines)
 
 pytestmark = needs_bpf
@@ -372,3 +373,34 @@ def test_outputs_are_written_while_recording(tmp_path, workloads):
     assert rec.returncode == 0, rec.stderr
     assert len(live) > 100
     assert all(line.endswith("[GPU_Kernel]vector_add_kernel") for line in live[:-1])
+
+
+def pythons_here():
+    found = sorted(str(p) for p in Path("/root/.pyenv/versions").glob("3.1[0-9]*/bin/python3.1?")
+                   if p.exists())
+    if Path("/usr/bin/python3.11").exists():
+        found.append("/usr/bin/python3.11")  # Debian's static build
+    return found or ["none"]
+
+
+@needs_real_cudart
+@pytest.mark.parametrize("python", pythons_here())
+def test_python_command_captured_from_its_first_launch_after_dlopen(tmp_path, python):
+    """`record -- python3 script.py`: the script dlopens libcudart (ctypes) and
+    launches at once from two threads. ncclprobe holds the process it started
+    at each library load until the probes are in place, so nothing is missed,
+    and the native stacks are complete through the interpreter."""
+    if python == "none":
+        pytest.skip("no CPython 3.10+ installed")
+    rec = record(tmp_path, ["--", python, REPO / "tests/progs/py_launch.py", "--threads", "2",
+                            "--iters", "5"], env={"CUDART_PATH": PROGS_ENV["CUDART_PATH"]})
+    assert rec.returncode == 0, rec.stderr
+    printed = {int(tid): int(n)
+               for tid, n in re.findall(r"thread tid=(\d+) launches=(\d+)", rec.stdout)}
+    assert sum(printed.values()) == 10
+    got = {}
+    for _, _, _, tid, _, frames in rec.ext_lines():
+        assert frames[0] == "__clone3" and frames[-2] == "cudaLaunchKernel", frames
+        assert not any(f in ("[unknown]", "[truncated]") for f in frames)
+        got[tid] = got.get(tid, 0) + 1
+    assert got == printed

@@ -67,7 +67,8 @@ struct np_probe_cfg {
     __u8 out_arg;   /* handle producers: the argument that points at the result */
     __u8 src_arg;   /* handle producers: the argument naming the handle */
     __u8 src_kind;  /* enum np_handle_source */
-    __u8 pad[3];
+    __u8 hold;      /* loader hook of a process ncclprobe started: stop it until probed */
+    __u8 pad[2];
     __u32 deref_off; /* added to the dereferenced pointer */
     __u32 deref_len; /* bytes to copy, at most NP_DEREF_BYTES */
 };

@@ -119,6 +119,7 @@ static struct np_probe_cfg site_cfg(const struct np_probe_site *s) {
         .out_arg = (uint8_t)s->def->out_arg,
         .src_arg = (uint8_t)s->def->src_arg,
         .src_kind = (uint8_t)s->def->src_kind,
+        .hold = s->hold,
         .deref_off = 0,
         .deref_len = (uint32_t)s->def->deref_len,
     };
@@ -271,6 +272,7 @@ static int attach_scan(struct np_attacher *a, struct np_target *t, const char *t
         s->lib_index = lib_index;
         s->offset = m->file_offset;
         s->is_thunk = m->thunk_target >= 0;
+        s->hold = t->hold_loads && m->def->family == NP_FAMILY_LOADER;
         if (m->def->family != NP_FAMILY_LOADER)
             t->libs[lib_index].cuda = true;
         s->err = write_site_cfg(a, s);

@@ -26,6 +26,7 @@ struct np_probe_site {
     size_t lib_index; /* into the target's libs[] */
     uint64_t offset;  /* file offset of the probed instruction */
     bool is_thunk;
+    bool hold; /* loader hook that stops the process until probes are in place */
     struct bpf_link *link, *ret_link;
     int err; /* negative errno when attaching failed */
 };

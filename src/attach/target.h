@@ -23,6 +23,7 @@ struct np_target {
     int pidfd;     /* readable once the process exits; -1 if unavailable */
     bool attached; /* initial attach done: later libraries are "late" */
     bool exited;
+    bool hold_loads; /* started by ncclprobe: stopped at each library load until probed */
     struct np_library *libs;
     size_t nlibs, libs_cap;
     struct np_map seen_files;  /* "dev:inode" of every executable file looked at */

@@ -307,7 +307,8 @@ static int add_target(struct session *s, pid_t pid, struct np_target **out) {
     return 0;
 }
 
-/* The symbolizer (and the unwinder that uses its modules) of a target. */
+/* The symbolizer (and the unwinder that uses its modules) of a target,
+ * refreshed now - while the process surely lives - when it exists. */
 static int ensure_symbolizer(struct session *s, struct np_target *t) {
     if (t->sym)
         return np_symbolizer_refresh(t->sym);
@@ -324,10 +325,16 @@ static void on_new_mapping(void *ctx, struct np_target *t, uint64_t ts_ns) {
     struct session *s = ctx;
     if (t->exited)
         return;
+    /* Probes first: the program runs on while we work, and its first
+     * launch may come within milliseconds of the dlopen. Symbols after:
+     * records are read in order, so the refresh still comes before the
+     * records that need it. */
+    int n = np_attach_from_maps(&s->attacher, t, ts_ns);
     np_target_refresh_identity(t); /* a -- CMD child has exec'd since we forked it */
     ensure_symbolizer(s, t);
     np_target_forget_stacks(t); /* addresses may name other functions now */
-    int n = np_attach_from_maps(&s->attacher, t, ts_ns);
+    if (t->hold_loads)
+        kill(t->pid, SIGCONT); /* held at the load (BPF stopped it): probes are in place */
     if (n > 0)
         np_info("pid %d (%s): %d more probes attached after a library was loaded", t->pid, t->comm,
                 n);
@@ -387,6 +394,7 @@ static int start_command(struct session *s) {
     err = add_target(s, s->child.pid, &t);
     if (err)
         return err;
+    t->hold_loads = true;
     /* Probe the executable and every library the loader will map before
      * the program runs: its first launch is captured. */
     err = np_attach_file(&s->attacher, t, s->child.path);
@@ -777,6 +785,8 @@ int np_cmd_record(int argc, char **argv) {
         stop_and_drain(&s);
     if (s.rb)
         on_child_event(&s); /* a child held at its exit meanwhile: read it, let it go */
+    if (s.have_child && !s.child.reaped)
+        kill(s.child.pid, SIGCONT); /* never leave it held at a library load */
 
 out:
     if (s.out) {

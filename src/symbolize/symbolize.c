@@ -136,8 +136,8 @@ static const char *basename_of(const char *path) {
 struct Dwfl_Module *np_symbolizer_module(struct np_symbolizer *s, uint64_t pc) {
     resolving_pid = s->pid;
     Dwfl_Module *mod = dwfl_addrmodule(s->dwfl, pc);
-    /* A module mapped since the last refresh (dlopen): look again, at most
-     * every 100 ms so a stream of wild addresses cannot make us spin. */
+    /* A module mapped since the last refresh: look again, at most every
+     * 100 ms so a stream of wild addresses cannot make us spin. */
     if (!mod && np_monotonic_ns() - s->last_refresh_ns > 100000000ull) {
         np_symbolizer_refresh(s);
         resolving_pid = s->pid;
