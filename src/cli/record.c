@@ -90,7 +90,7 @@ static void usage(FILE *f) {
             "                           when every target has exited)\n"
             "      --no-wait            fail instead of waiting when a target has no CUDA or\n"
             "                           NCCL library loaded yet\n"
-            "      --ring-buffer-mb N   BPF ring buffer size, a power of two (default 16)\n"
+            "      --ring-buffer-mb N   BPF ring buffer size, a power of two (default 64)\n"
             "      --wakeup-kb N        wake the reader once N KiB are queued (default 256)\n"
             "      --unwind MODE        auto (default): DWARF CFI unwinding of a copy of the\n"
             "                           stack, frame pointers where code has no CFI;\n"
@@ -160,7 +160,7 @@ static int parse_options(int argc, char **argv, struct options *opt) {
     };
     int c;
 
-    opt->ring_mb = 16;
+    opt->ring_mb = 64; /* rides out reader stalls (first symbol loads) at 100k+ launches/s */
     opt->wakeup_kb = 256;
     opt->stack_bytes = DEFAULT_STACK_BYTES;
     optind = 1;
