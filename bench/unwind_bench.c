@@ -68,12 +68,13 @@ int main(int argc, char **argv) {
         return 1;
     }
     struct np_ingest in = {.fp_fallback = true};
-    struct np_str stack;
-    np_str_init(&stack);
+    struct np_stack_texts stack;
+    np_str_init(&stack.folded);
+    np_str_init(&stack.detailed);
     uint64_t frames = 0;
     for (size_t i = 0; i < nrecs; i++) { /* warm the caches */
         np_ingest_build_stack(&in, t, (const void *)recs[i], NULL, &stack);
-        for (const char *p = np_str_cstr(&stack); *p; p++)
+        for (const char *p = np_str_cstr(&stack.folded); *p; p++)
             frames += *p == ';';
         frames++;
     }
@@ -86,7 +87,8 @@ int main(int argc, char **argv) {
     double elapsed = (double)(np_monotonic_ns() - start) / 1e9;
     printf("records=%zu frames_per_stack=%.1f events_per_s=%.0f\n", nrecs,
            (double)frames / (double)nrecs, (double)done / elapsed);
-    np_str_free(&stack);
+    np_str_free(&stack.folded);
+    np_str_free(&stack.detailed);
     np_target_free(t);
     for (size_t i = 0; i < nrecs; i++)
         free(recs[i]);

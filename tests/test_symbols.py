@@ -73,7 +73,7 @@ def gdb_backtrace(program):
 
 
 @pytest.mark.skipif(not shutil.which("gdb"), reason="gdb not installed")
-def test_inlined_frames_match_gdb_only_with_inline_option(tmp_path):
+def test_inlined_frames_match_gdb_in_detailed_stacks_and_folded_only_with_inline(tmp_path):
     program = compile_c(tmp_path, "inl", INLINE_PROGRAM)
     expected = gdb_backtrace(program)
     assert expected == ["cudaLaunchKernel", "launch_inner", "launch_outer", "step", "main"]
@@ -88,8 +88,14 @@ def test_inlined_frames_match_gdb_only_with_inline_option(tmp_path):
 
     default = record(tmp_path, ["--", program], name="default")
     assert default.returncode == 0, default.stderr
-    for *_, frames in default.ext_lines():
+    for *_, frames in default.ext_lines():  # folded outputs: no inlined frames by default
         assert frames[frames.index("main"):-1] == ["main", "step", "cudaLaunchKernel"]
+    stacks = default.stacks()  # the detailed stacks always have them, marked
+    for launch in default.jsonl("launches.jsonl"):
+        frames = stacks[launch["stack_id"]]
+        assert frames[frames.index("main"):] == [
+            "main", "step", "launch_outer [inlined]", "launch_inner [inlined]",
+            "cudaLaunchKernel"]
 
 
 @pytest.mark.skipif(not shutil.which("objcopy"), reason="binutils not installed")

@@ -96,8 +96,8 @@ static void usage(FILE *f) {
             "                           stack, frame pointers where code has no CFI;\n"
             "                           dwarf: CFI only; fp: frame pointers only (cheapest,\n"
             "                           incomplete through code built without them)\n"
-            "      --inline             add inlined functions (from debug info) to the stacks,\n"
-            "                           marked \"[inlined]\"\n"
+            "      --inline             inlined functions (from debug info, marked \"[inlined]\")\n"
+            "                           in the folded files too; stacks.jsonl always has them\n"
             "      --debuginfo-path P   where to find separate debug files (libdw syntax,\n"
             "                           default :.debug:/usr/lib/debug with build-id dirs)\n"
             "      --stack-bytes N      user stack copied per launch for DWARF unwinding\n"
@@ -309,12 +309,10 @@ static int add_target(struct session *s, pid_t pid, struct np_target **out) {
 
 /* The symbolizer (and the unwinder that uses its modules) of a target,
  * refreshed now - while the process surely lives - when it exists. */
-static int ensure_symbolizer(struct session *s, struct np_target *t) {
+static int ensure_symbolizer(struct np_target *t) {
     if (t->sym)
         return np_symbolizer_refresh(t->sym);
     int err = np_symbolizer_new(t->pid, &t->sym);
-    if (!err)
-        np_symbolizer_set_inline(t->sym, s->opt.inline_frames);
     if (!err && !(t->unwinder = np_unwinder_new(t->sym)))
         err = -ENOMEM;
     return err;
@@ -331,7 +329,7 @@ static void on_new_mapping(void *ctx, struct np_target *t, uint64_t ts_ns) {
      * records that need it. */
     int n = np_attach_from_maps(&s->attacher, t, ts_ns);
     np_target_refresh_identity(t); /* a -- CMD child has exec'd since we forked it */
-    ensure_symbolizer(s, t);
+    ensure_symbolizer(t);
     np_target_forget_stacks(t); /* addresses may name other functions now */
     if (t->hold_loads)
         kill(t->pid, SIGCONT); /* held at the load (BPF stopped it): probes are in place */
@@ -359,7 +357,7 @@ static int attach_pid(struct session *s, pid_t pid) {
         return err;
     }
     if (!err)
-        err = ensure_symbolizer(s, t);
+        err = ensure_symbolizer(t);
     if (err) {
         np_err("cannot read process %d: %s", pid, strerror(-err));
         return err;
@@ -767,6 +765,7 @@ int np_cmd_record(int argc, char **argv) {
         .on_new_mapping = on_new_mapping,
         .ctx = &s,
         .fp_fallback = s.opt.unwind == UNWIND_AUTO,
+        .inline_folded = s.opt.inline_frames,
     };
     if (s.opt.raw_dump && !(s.ingest.raw_dump = fopen(s.opt.raw_dump, "we"))) {
         np_err("cannot write --raw-dump %s: %s", s.opt.raw_dump, strerror(errno));

@@ -20,7 +20,8 @@
 #include "writers/output.h"
 
 void np_ingest_free(struct np_ingest *in) {
-    np_str_free(&in->stack);
+    np_str_free(&in->stack.folded);
+    np_str_free(&in->stack.detailed);
     free(in->stats.per_probe);
     in->stats.per_probe = NULL;
     in->stats.per_probe_len = 0;
@@ -48,43 +49,55 @@ static void append_frame(struct np_str *out, const char *name) {
     np_str_append(out, name);
 }
 
-/* Writes a stack root first: the marker of an incomplete stack, then the
- * callers (return addresses), then the probed function (exact address). */
+/* Writes a stack root first - the marker of an incomplete stack, then the
+ * callers (return addresses), then the probed function (exact address) -
+ * twice: the detailed text always names the functions inlined at a frame
+ * (marked "[inlined]", where debug info exists), the folded text only with
+ * --inline, so that stacks aggregate the same with or without debug info. */
 static void write_stack(struct np_target *t, const uint64_t *pcs, uint32_t n,
-                        const char *root_marker, const char *entry_name, struct np_str *out) {
-    np_str_reset(out);
-    if (root_marker)
-        append_frame(out, root_marker);
-    if (!t->sym) { /* the process was gone before its mappings could be read */
-        for (uint32_t i = n; i-- > 0;) {
-            char raw[32];
+                        const char *root_marker, const char *entry_name, bool inline_folded,
+                        struct np_stack_texts *out) {
+    np_str_reset(&out->folded);
+    np_str_reset(&out->detailed);
+    if (root_marker) {
+        append_frame(&out->folded, root_marker);
+        append_frame(&out->detailed, root_marker);
+    }
+    for (uint32_t i = n; i-- > 0;) {
+        const char *name;
+        const struct np_frame *f = NULL;
+        char raw[32];
+        if (i == 0 && entry_name) {
+            name = entry_name;
+        } else if (!t->sym) { /* the process was gone before its mappings could be read */
             snprintf(raw, sizeof(raw), "[0x%" PRIx64 "]", pcs[i]);
-            append_frame(out, i == 0 && entry_name ? entry_name : raw);
-        }
-        return;
-    }
-    for (uint32_t i = n; i-- > 1;) {
-        if (!pcs[i])
+            name = raw;
+        } else if (!pcs[i]) {
             continue;
-        const struct np_frame *f = np_symbolize(t->sym, pcs[i], true);
-        append_frame(out, f->name);
-        if (f->inlined) /* only set with --inline */
-            append_frame(out, f->inlined);
+        } else {
+            f = np_symbolize(t->sym, pcs[i], i > 0);
+            name = f->name;
+        }
+        append_frame(&out->folded, name);
+        append_frame(&out->detailed, name);
+        if (f && f->inlined && i > 0) {
+            append_frame(&out->detailed, f->inlined);
+            if (inline_folded)
+                append_frame(&out->folded, f->inlined);
+        }
     }
-    if (n > 0)
-        append_frame(out, entry_name ? entry_name : np_symbolize(t->sym, pcs[0], false)->name);
 }
 
-/* A PC sequence already written once: its text, reused. Stacks repeat (a
+/* A PC sequence already written once: its texts, reused. Stacks repeat (a
  * serving loop launches the same few hundred call paths); this skips
  * symbolizing and joining the frames again. Bounded: past
  * STACK_CACHE_MAX entries the cache starts over. */
 #define STACK_CACHE_MAX 65536
 
-struct cached_stack { /* one allocation: the PCs, then the text */
+struct cached_stack { /* one allocation: the PCs, then the two texts */
     const char *marker, *entry;
     uint32_t n;
-    const char *text;
+    const char *folded, *detailed;
     uint64_t pcs[];
 };
 
@@ -93,41 +106,51 @@ static uint64_t stack_key(const uint64_t *pcs, uint32_t n, const char *marker, c
            ((uintptr_t)entry * 131);
 }
 
-static void write_stack_cached(struct np_target *t, const uint64_t *pcs, uint32_t n,
-                               const char *marker, const char *entry, struct np_str *out) {
-    if (!t->sym) { /* raw addresses: symbols may still come */
-        write_stack(t, pcs, n, marker, entry, out);
-        return;
-    }
-    uint64_t key = stack_key(pcs, n, marker, entry);
-    struct cached_stack *c = np_map_get_u64(&t->stack_texts, key);
-    if (c && c->n == n && c->marker == marker && c->entry == entry &&
-        memcmp(c->pcs, pcs, n * sizeof(*pcs)) == 0) {
-        np_str_reset(out);
-        np_str_append(out, c->text);
-        return;
-    }
-    write_stack(t, pcs, n, marker, entry, out);
-    if (out->failed)
-        return;
+static void remember_stack(struct np_target *t, uint64_t key, const uint64_t *pcs, uint32_t n,
+                           const char *marker, const char *entry,
+                           const struct np_stack_texts *texts) {
     if (t->stack_texts.count >= STACK_CACHE_MAX)
         np_target_forget_stacks(t);
-    c = malloc(sizeof(*c) + n * sizeof(*pcs) + out->len + 1);
+    size_t flen = texts->folded.len + 1, dlen = texts->detailed.len + 1;
+    struct cached_stack *c = malloc(sizeof(*c) + n * sizeof(*pcs) + flen + dlen);
     if (!c)
         return;
-    char *text = (char *)(c->pcs + n);
-    memcpy(text, np_str_cstr(out), out->len + 1);
-    *c = (struct cached_stack){marker, entry, n, text};
+    char *folded = (char *)(c->pcs + n), *detailed = folded + flen;
+    memcpy(folded, np_str_cstr(&texts->folded), flen);
+    memcpy(detailed, np_str_cstr(&texts->detailed), dlen);
+    *c = (struct cached_stack){marker, entry, n, folded, detailed};
     memcpy(c->pcs, pcs, n * sizeof(*pcs));
     free(np_map_get_u64(&t->stack_texts, key)); /* a hash collision: the newer wins */
     if (np_map_put_u64(&t->stack_texts, key, c) < 0)
         free(c);
 }
 
+static void write_stack_cached(struct np_ingest *in, struct np_target *t, const uint64_t *pcs,
+                               uint32_t n, const char *marker, const char *entry,
+                               struct np_stack_texts *out) {
+    if (!t->sym) { /* raw addresses: symbols may still come */
+        write_stack(t, pcs, n, marker, entry, in->inline_folded, out);
+        return;
+    }
+    uint64_t key = stack_key(pcs, n, marker, entry);
+    struct cached_stack *c = np_map_get_u64(&t->stack_texts, key);
+    if (c && c->n == n && c->marker == marker && c->entry == entry &&
+        memcmp(c->pcs, pcs, n * sizeof(*pcs)) == 0) {
+        np_str_reset(&out->folded);
+        np_str_append(&out->folded, c->folded);
+        np_str_reset(&out->detailed);
+        np_str_append(&out->detailed, c->detailed);
+        return;
+    }
+    write_stack(t, pcs, n, marker, entry, in->inline_folded, out);
+    if (!out->folded.failed && !out->detailed.failed)
+        remember_stack(t, key, pcs, n, marker, entry, out);
+}
+
 /* Frame-pointer stacks: the kernel's chain, with the caller inserted when
  * the kernel (before Linux 6.12) left it out at a function entry. */
-static void fp_stack(struct np_target *t, const struct np_launch_event *e, const char *entry_name,
-                     struct np_str *out) {
+static void fp_stack(struct np_ingest *in, struct np_target *t, const struct np_launch_event *e,
+                     const char *entry_name, struct np_stack_texts *out) {
     const __u64 *ips = np_launch_ips(e);
     uint32_t n = e->n_ips > NP_MAX_STACK ? NP_MAX_STACK : e->n_ips;
     uint64_t pcs[NP_MAX_STACK + 1];
@@ -139,7 +162,7 @@ static void fp_stack(struct np_target *t, const struct np_launch_event *e, const
         pcs[m++] = e->ret_addr;
     for (uint32_t i = 1; i < n; i++)
         pcs[m++] = ips[i];
-    write_stack_cached(t, pcs, m, n == NP_MAX_STACK ? "[truncated]" : NULL, entry_name, out);
+    write_stack_cached(in, t, pcs, m, n == NP_MAX_STACK ? "[truncated]" : NULL, entry_name, out);
 }
 
 static void count_unwind(struct np_unwind_stats *st, const struct np_unwind_result *r) {
@@ -162,15 +185,15 @@ static void count_unwind(struct np_unwind_stats *st, const struct np_unwind_resu
 
 void np_ingest_build_stack(struct np_ingest *in, struct np_target *t,
                            const struct np_launch_event *e, const char *entry_name,
-                           struct np_str *out) {
+                           struct np_stack_texts *out) {
     if (!(e->flags & NP_LF_STACK_COPY)) {
-        fp_stack(t, e, entry_name, out);
+        fp_stack(in, t, e, entry_name, out);
         return;
     }
     static struct np_unwind_result r; /* big; the daemon ingests on one thread */
     if (e->stack_len == 0 || !t->unwinder) {
         const uint64_t entry = np_launch_ips(e)[0];
-        write_stack(t, &entry, 1, "[unknown]", entry_name, out);
+        write_stack(t, &entry, 1, "[unknown]", entry_name, in->inline_folded, out);
         in->unwind.unknown++;
         return;
     }
@@ -179,7 +202,7 @@ void np_ingest_build_stack(struct np_ingest *in, struct np_target *t,
     const char *marker = r.end == NP_UNWIND_COMPLETE    ? NULL
                          : r.end == NP_UNWIND_TRUNCATED ? "[truncated]"
                                                         : "[unknown]";
-    write_stack_cached(t, r.pcs, r.n, marker, entry_name, out);
+    write_stack_cached(in, t, r.pcs, r.n, marker, entry_name, out);
 }
 
 /* The name of the kernel a launch runs, or a bracketed placeholder. */
@@ -279,7 +302,7 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
     np_launch_decode(e, called->def, &l);
     l.nested = really_nested(in, t, e);
 
-    struct np_str *stack = &in->stack;
+    struct np_stack_texts *stack = &in->stack;
     /* Via a thunk, ips[0] is the thunk's target: name the function called
      * (also what names the entry when there is no symbolizer). */
     bool name_entry = (e->flags & NP_LF_VIA_THUNK) || !t->sym;
@@ -287,13 +310,14 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
 
     if (l.is_nccl_op) {
         t->nccl_ops++;
-        np_output_nccl_op(in->out, t, &l, np_str_cstr(stack));
+        np_output_nccl_op(in->out, t, &l, np_str_cstr(&stack->folded),
+                          np_str_cstr(&stack->detailed));
     } else {
         char buf[600], stub_buf[600];
         const char *kernel = kernel_name(t, &l, buf, sizeof(buf));
         if (kernel == buf && l.def->layout == NP_LAYOUT_RT_LAUNCH_HANDLE) {
             const char *from_stack =
-                kernel_from_stub_frame(np_str_cstr(stack), stub_buf, sizeof(stub_buf));
+                kernel_from_stub_frame(np_str_cstr(&stack->folded), stub_buf, sizeof(stub_buf));
             if (from_stack)
                 kernel = from_stack;
         }
@@ -301,9 +325,9 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
             t->nested++;
         else
             t->launches++;
-        np_output_launch(in->out, t, &l, np_str_cstr(stack), kernel);
+        np_output_launch(in->out, t, &l, np_str_cstr(&stack->folded), np_str_cstr(&stack->detailed),
+                         kernel);
     }
-    np_str_free(stack);
 }
 
 static void handle_handle(struct np_ingest *in, const struct np_handle_event *h, size_t size) {

@@ -44,16 +44,24 @@ struct np_unwind_stats {
     uint64_t max_bytes_needed;
 };
 
+/* A launch's stack as text, root first, frames joined by ';': folded (for
+ * the .folded outputs) and detailed (stacks.jsonl: inlined frames always,
+ * marked "[inlined]"). */
+struct np_stack_texts {
+    struct np_str folded, detailed;
+};
+
 struct np_ingest {
     struct np_attacher *attacher;
     struct np_output *out;
     struct np_target *(*find_target)(void *ctx, pid_t pid);
     void (*on_new_mapping)(void *ctx, struct np_target *t, uint64_t ts_ns);
     void *ctx;
-    long budget;         /* records left before yielding; <= 0: no limit */
-    bool fp_fallback;    /* --unwind auto: follow frame pointers where CFI is missing */
-    FILE *raw_dump;      /* --raw-dump: every record as received, "u32 size, bytes" */
-    struct np_str stack; /* reused for each launch's stack */
+    long budget;                 /* records left before yielding; <= 0: no limit */
+    bool fp_fallback;            /* --unwind auto: follow frame pointers where CFI is missing */
+    bool inline_folded;          /* --inline: inlined frames in the folded outputs too */
+    FILE *raw_dump;              /* --raw-dump: every record as received, "u32 size, bytes" */
+    struct np_stack_texts stack; /* reused for each launch's stack */
     struct np_ingest_stats stats;
     struct np_unwind_stats unwind;
 };
@@ -62,13 +70,12 @@ struct np_ingest {
 int np_ingest_record(void *ctx, void *data, size_t size);
 void np_ingest_free(struct np_ingest *in);
 
-/* Builds the root-first ';'-joined stack of a launch: frame pointers, or
- * DWARF unwinding of the copied stack. entry_name replaces the probed
- * function's own name (a launch entered through a thunk). */
+/* Builds the stack texts of a launch: frame pointers, or DWARF unwinding
+ * of the copied stack. entry_name replaces the probed function's own name
+ * (a launch entered through a thunk). */
 struct np_launch_event;
-struct np_str;
 void np_ingest_build_stack(struct np_ingest *in, struct np_target *t,
                            const struct np_launch_event *e, const char *entry_name,
-                           struct np_str *out);
+                           struct np_stack_texts *out);
 
 #endif

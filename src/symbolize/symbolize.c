@@ -24,12 +24,7 @@ struct np_symbolizer {
     Dwfl *dwfl;
     struct np_map cache; /* pc (with return-address bit) -> struct np_frame * */
     uint64_t last_refresh_ns;
-    bool inline_frames;
 };
-
-void np_symbolizer_set_inline(struct np_symbolizer *s, bool on) {
-    s->inline_frames = on;
-}
 
 /* libdw's find_elf callback has no per-Dwfl context; the symbolizer that is
  * calling into libdw sets this for the duration of the call. The daemon
@@ -225,8 +220,7 @@ static struct np_frame *resolve(struct np_symbolizer *s, uint64_t pc) {
         free(shortname);
         f->name = strdup(buf);
         f->known = true;
-        if (s->inline_frames)
-            f->inlined = inlined_frames(mod, pc);
+        f->inlined = inlined_frames(mod, pc);
     } else {
         char buf[512];
         char mod_clean[256];

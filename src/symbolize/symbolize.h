@@ -18,7 +18,7 @@ struct np_frame {
     const char *module_path; /* the module's path as the target maps it */
     uint64_t module_offset;
     bool known;          /* a symbol was found */
-    const char *inlined; /* with np_symbolizer_set_inline: the functions inlined at this pc,
+    const char *inlined; /* the functions inlined at this pc (DWARF scopes, where debug info is),
                             outermost first, as "f [inlined];g [inlined]"; NULL if none */
 };
 
@@ -29,9 +29,6 @@ void np_symbolizer_free(struct np_symbolizer *s);
  * ("DIR:DIR", "+" keeps .gnu_debuglink CRC checks); set before creating
  * symbolizers. The default finds the distro's /usr/lib/debug/.build-id. */
 void np_symbolizer_set_debuginfo_path(const char *path);
-
-/* Also resolve inlined frames (from DWARF scopes, where debug info exists). */
-void np_symbolizer_set_inline(struct np_symbolizer *s, bool on);
 
 /* Re-reads the process's mappings (after dlopen) and opens every module's
  * file now, while the process is alive. */

@@ -19,7 +19,7 @@ struct np_output {
     struct np_map folded_counts; /* "stack_id;kernel" -> (uintptr_t) count */
     struct np_map kernel_counts; /* kernel name -> (uintptr_t) count */
     struct np_map stack_ids;     /* stack -> (uintptr_t) id */
-    char **stacks;               /* stacks[id - 1]: the stack of an id */
+    char **stacks;               /* stacks[id - 1]: the folded stack of an id */
     uint64_t next_stack_id;
     struct np_output_totals totals;
     struct np_str line, ext; /* reused line buffers */
@@ -107,13 +107,14 @@ static void bump(struct np_output *o, struct np_map *m, const char *key) {
         note_error(o, -ENOMEM);
 }
 
-/* The id of a stack in stacks.jsonl; written there the first time. */
-static uint64_t stack_id(struct np_output *o, const char *stack) {
+/* The id of a (detailed) stack in stacks.jsonl; written there the first
+ * time, with its folded form kept for launches.folded. */
+static uint64_t stack_id(struct np_output *o, const char *stack, const char *folded) {
     uintptr_t id = (uintptr_t)np_map_get_str(&o->stack_ids, stack);
     if (id)
         return id;
     char **stacks = realloc(o->stacks, o->next_stack_id * sizeof(*stacks));
-    char *copy = strdup(stack);
+    char *copy = strdup(folded);
     if (!stacks || !copy || np_map_put_str(&o->stack_ids, stack, (void *)o->next_stack_id) < 0) {
         if (stacks)
             o->stacks = stacks;
@@ -182,8 +183,8 @@ static void write_launch_json(struct np_output *o, const struct np_target *t,
 }
 
 void np_output_launch(struct np_output *o, const struct np_target *t, const struct np_launch *l,
-                      const char *stack, const char *kernel) {
-    uint64_t sid = stack_id(o, stack);
+                      const char *stack, const char *detailed, const char *kernel) {
+    uint64_t sid = stack_id(o, detailed, stack);
     write_launch_json(o, t, l, kernel, sid);
     if (l->nested) {
         o->totals.nested++;
@@ -217,8 +218,8 @@ void np_output_launch(struct np_output *o, const struct np_target *t, const stru
 }
 
 void np_output_nccl_op(struct np_output *o, const struct np_target *t, const struct np_launch *l,
-                       const char *stack) {
-    uint64_t sid = stack_id(o, stack);
+                       const char *stack, const char *detailed) {
+    uint64_t sid = stack_id(o, detailed, stack);
     struct np_str *s = &o->line;
     int size = np_nccl_datatype_size(l->datatype);
 
