@@ -7,7 +7,6 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <errno.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,13 +15,13 @@
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "attach/attach.h"
 #include "attach/target.h"
 #include "attach/uprobe_multi.h"
 #include "cli/child.h"
+#include "cli/options.h"
 #include "cli/preflight.h"
 #include "correlate/kernels.h"
 #include "ingest/ingest.h"
@@ -37,25 +36,7 @@
 #define POLL_MS 100
 #define CONSUME_BUDGET 65536 /* records per slice of the event loop */
 
-static bool verbose;
-
-struct options {
-    pid_t *pids;
-    size_t npids;
-    char *output_dir;
-    double duration_s; /* 0: until stopped */
-    bool no_wait;
-    long ring_mb;
-    long wakeup_kb;
-    enum unwind_mode { UNWIND_AUTO, UNWIND_DWARF, UNWIND_FP } unwind;
-    bool inline_frames;
-    const char *debuginfo_path;
-    const char *raw_dump;
-    long stack_bytes;
-    char **command; /* argv after "--", NULL-terminated */
-};
-
-#define DEFAULT_STACK_BYTES 16384
+static bool verbose; /* -v: libbpf's own messages too */
 
 struct session {
     struct options opt;
@@ -73,197 +54,6 @@ struct session {
     const char *stop_reason;
     bool backlog; /* the last slice stopped with records still queued */
 };
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: ncclprobe record [options] --pid PID[,PID...]\n"
-            "       ncclprobe record [options] -- CMD [ARGS...]\n"
-            "       ncclprobe --pid PID            (same as record --pid)\n"
-            "\n"
-            "Records every CUDA kernel launch and NCCL call of the targets with its call\n"
-            "stack, without restarting them.\n"
-            "\n"
-            "options:\n"
-            "  -p, --pid PID[,PID...]   attach to running processes (all their threads)\n"
-            "  -o, --output DIR         recording directory (default ncclprobe-YYYYmmdd-HHMMSS)\n"
-            "  -d, --duration SEC       stop after SEC seconds (default: Ctrl-C, SIGTERM or\n"
-            "                           when every target has exited)\n"
-            "      --no-wait            fail instead of waiting when a target has no CUDA or\n"
-            "                           NCCL library loaded yet\n"
-            "      --ring-buffer-mb N   BPF ring buffer size, a power of two (default 64)\n"
-            "      --wakeup-kb N        wake the reader once N KiB are queued (default 256)\n"
-            "      --unwind MODE        auto (default): DWARF CFI unwinding of a copy of the\n"
-            "                           stack, frame pointers where code has no CFI;\n"
-            "                           dwarf: CFI only; fp: frame pointers only (cheapest,\n"
-            "                           incomplete through code built without them)\n"
-            "      --inline             inlined functions (from debug info, marked \"[inlined]\")\n"
-            "                           in the folded files too; stacks.jsonl always has them\n"
-            "      --debuginfo-path P   where to find separate debug files (libdw syntax,\n"
-            "                           default :.debug:/usr/lib/debug with build-id dirs)\n"
-            "      --stack-bytes N      user stack copied per launch for DWARF unwinding\n"
-            "      --raw-dump FILE      also write every BPF record as received (for\n"
-            "                           bench/unwind_bench and bug reports)\n"
-            "                           (default 16384, at most 65536)\n"
-            "  -v, --verbose            more diagnostics\n"
-            "  -h, --help               this text\n");
-}
-
-static int parse_pids(const char *text, struct options *opt) {
-    char *copy = strdup(text), *save = NULL;
-    if (!copy)
-        return -ENOMEM;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        long pid;
-        if (np_parse_long(tok, 1, 0x3fffffff, &pid) < 0) {
-            np_err("invalid pid '%s': expected a positive number", tok);
-            free(copy);
-            return -EINVAL;
-        }
-        pid_t *pids = realloc(opt->pids, (opt->npids + 1) * sizeof(*pids));
-        if (!pids) {
-            free(copy);
-            return -ENOMEM;
-        }
-        opt->pids = pids;
-        opt->pids[opt->npids++] = (pid_t)pid;
-    }
-    free(copy);
-    return 0;
-}
-
-static int parse_options(int argc, char **argv, struct options *opt) {
-    enum {
-        OPT_NO_WAIT = 256,
-        OPT_RING_MB,
-        OPT_WAKEUP_KB,
-        OPT_UNWIND,
-        OPT_STACK_BYTES,
-        OPT_INLINE,
-        OPT_DEBUGINFO,
-        OPT_RAW_DUMP
-    };
-    static const struct option longopts[] = {
-        {"pid", required_argument, NULL, 'p'},
-        {"output", required_argument, NULL, 'o'},
-        {"duration", required_argument, NULL, 'd'},
-        {"no-wait", no_argument, NULL, OPT_NO_WAIT},
-        {"ring-buffer-mb", required_argument, NULL, OPT_RING_MB},
-        {"wakeup-kb", required_argument, NULL, OPT_WAKEUP_KB},
-        {"unwind", required_argument, NULL, OPT_UNWIND},
-        {"stack-bytes", required_argument, NULL, OPT_STACK_BYTES},
-        {"inline", no_argument, NULL, OPT_INLINE},
-        {"debuginfo-path", required_argument, NULL, OPT_DEBUGINFO},
-        {"raw-dump", required_argument, NULL, OPT_RAW_DUMP},
-        {"verbose", no_argument, NULL, 'v'},
-        {"help", no_argument, NULL, 'h'},
-        {0},
-    };
-    int c;
-
-    opt->ring_mb = 64; /* rides out reader stalls (first symbol loads) at 100k+ launches/s */
-    opt->wakeup_kb = 256;
-    opt->stack_bytes = DEFAULT_STACK_BYTES;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "+p:o:d:vh", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'p':
-            if (parse_pids(optarg, opt) < 0)
-                return -EINVAL;
-            break;
-        case 'o':
-            free(opt->output_dir);
-            opt->output_dir = strdup(optarg);
-            break;
-        case 'd':
-            if (np_parse_seconds(optarg, &opt->duration_s) < 0 || opt->duration_s <= 0) {
-                np_err("invalid --duration '%s': expected a positive number of seconds", optarg);
-                return -EINVAL;
-            }
-            break;
-        case OPT_NO_WAIT:
-            opt->no_wait = true;
-            break;
-        case OPT_RING_MB:
-            if (np_parse_long(optarg, 1, 1024, &opt->ring_mb) < 0 ||
-                (opt->ring_mb & (opt->ring_mb - 1))) {
-                np_err("invalid --ring-buffer-mb '%s': expected a power of two, 1-1024", optarg);
-                return -EINVAL;
-            }
-            break;
-        case OPT_WAKEUP_KB:
-            if (np_parse_long(optarg, 0, 1 << 20, &opt->wakeup_kb) < 0) {
-                np_err("invalid --wakeup-kb '%s'", optarg);
-                return -EINVAL;
-            }
-            break;
-        case OPT_UNWIND:
-            if (strcmp(optarg, "auto") == 0)
-                opt->unwind = UNWIND_AUTO;
-            else if (strcmp(optarg, "dwarf") == 0)
-                opt->unwind = UNWIND_DWARF;
-            else if (strcmp(optarg, "fp") == 0)
-                opt->unwind = UNWIND_FP;
-            else {
-                np_err("invalid --unwind '%s': expected auto, dwarf or fp", optarg);
-                return -EINVAL;
-            }
-            break;
-        case OPT_STACK_BYTES:
-            if (np_parse_long(optarg, 512, NP_MAX_STACK_BYTES, &opt->stack_bytes) < 0) {
-                np_err("invalid --stack-bytes '%s': expected 512 to %d", optarg,
-                       NP_MAX_STACK_BYTES);
-                return -EINVAL;
-            }
-            break;
-        case OPT_INLINE:
-            opt->inline_frames = true;
-            break;
-        case OPT_RAW_DUMP:
-            opt->raw_dump = optarg;
-            break;
-        case OPT_DEBUGINFO:
-            opt->debuginfo_path = optarg;
-            np_symbolizer_set_debuginfo_path(optarg);
-            break;
-        case 'v':
-            np_log_set_level(NP_LOG_DEBUG);
-            verbose = true;
-            break;
-        case 'h':
-            usage(stdout);
-            exit(0);
-        default:
-            usage(stderr);
-            return -EINVAL;
-        }
-    }
-    if (optind < argc)
-        opt->command = &argv[optind];
-    if (!opt->npids && !opt->command) {
-        np_err("nothing to record: give --pid PID or -- CMD");
-        usage(stderr);
-        return -EINVAL;
-    }
-    if (opt->npids && opt->command) {
-        np_err("give either --pid or -- CMD, not both");
-        return -EINVAL;
-    }
-    return 0;
-}
-
-static char *default_output_dir(void) {
-    char name[64];
-    time_t now = time(NULL);
-    struct tm tm;
-    localtime_r(&now, &tm);
-    strftime(name, sizeof(name), "ncclprobe-%Y%m%d-%H%M%S", &tm);
-    struct stat st;
-    for (int i = 2; stat(name, &st) == 0 && i < 1000; i++) {
-        size_t base = strlen("ncclprobe-YYYYmmdd-HHMMSS");
-        snprintf(name + base, sizeof(name) - base, "-%d", i);
-    }
-    return strdup(name);
-}
 
 /* ---- targets ---------------------------------------------------------- */
 
@@ -597,14 +387,17 @@ static int run_loop(struct session *s) {
 
 /* ---- results -------------------------------------------------------------- */
 
-static uint64_t records_sent_by_bpf(struct session *s) {
-    static const __u32 sent[] = {NP_CNT_LAUNCH_SENT, NP_CNT_HANDLE_SENT, NP_CNT_MAP_SENT};
+static uint64_t counter(struct session *s, __u32 which) {
     int ncpus = libbpf_num_possible_cpus();
-    uint64_t total = 0, n = 0;
-    for (size_t i = 0; ncpus > 0 && i < sizeof(sent) / sizeof(sent[0]); i++)
-        if (sum_percpu(bpf_map__fd(s->skel->maps.counters), sent[i], ncpus, &n) == 0)
-            total += n;
-    return total;
+    uint64_t n = 0;
+    if (ncpus > 0)
+        sum_percpu(bpf_map__fd(s->skel->maps.counters), which, ncpus, &n);
+    return n;
+}
+
+static uint64_t records_sent_by_bpf(struct session *s) {
+    return counter(s, NP_CNT_LAUNCH_SENT) + counter(s, NP_CNT_HANDLE_SENT) +
+           counter(s, NP_CNT_MAP_SENT);
 }
 
 static uint64_t records_received(const struct session *s) {
@@ -618,13 +411,6 @@ static uint64_t records_received(const struct session *s) {
  * that was mid-flight when the switch flipped still delivers. Then the
  * counts add up (hits = captured + dropped). Removing the uprobes, which
  * is slow, happens afterwards. */
-static uint64_t counter(struct session *s, __u32 which) {
-    int ncpus = libbpf_num_possible_cpus();
-    uint64_t n = 0;
-    if (ncpus > 0)
-        sum_percpu(bpf_map__fd(s->skel->maps.counters), which, ncpus, &n);
-    return n;
-}
 
 /* Every launch hit has been sent or counted as dropped, and everything
  * sent has been read. A program that passed the `stopped` check before the
@@ -736,7 +522,8 @@ static int setup_signals(struct session *s) {
 
 int np_cmd_record(int argc, char **argv) {
     struct session s = {.epfd = -1, .sigfd = -1, .child = {.release_fd = -1}};
-    int err = parse_options(argc, argv, &s.opt);
+    int err = np_record_parse_options(argc, argv, &s.opt);
+    verbose = s.opt.verbose;
     if (err) {
         session_destroy(&s);
         return EXIT_USAGE;
@@ -745,7 +532,7 @@ int np_cmd_record(int argc, char **argv) {
     if (err)
         goto out;
     if (!s.opt.output_dir)
-        s.opt.output_dir = default_output_dir();
+        s.opt.output_dir = np_default_output_dir();
     err = s.opt.output_dir ? np_output_open(s.opt.output_dir, &s.out) : -ENOMEM;
     if (err) {
         np_err("cannot write the output directory %s: %s", s.opt.output_dir ? s.opt.output_dir : "",
