@@ -174,6 +174,66 @@ static void read_build_id(Elf *elf, struct np_elf_scan *out) {
         snprintf(out->build_id + 2 * i, 3, "%02x", ((const uint8_t *)id)[i]);
 }
 
+int np_elf_read_symbol(int fd, const char *name, uint64_t *vaddr, void *buf, size_t len) {
+    elf_version(EV_CURRENT);
+    Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+    int err = -ENOENT;
+    if (!elf)
+        return -EINVAL;
+    for (Elf_Scn *scn = NULL; err == -ENOENT && (scn = elf_nextscn(elf, scn)) != NULL;) {
+        GElf_Shdr sh;
+        Elf_Data *syms = elf_getdata(scn, NULL);
+        if (!gelf_getshdr(scn, &sh) || !syms || sh.sh_entsize == 0 ||
+            (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM))
+            continue;
+        for (size_t i = 0; i < sh.sh_size / sh.sh_entsize; i++) {
+            GElf_Sym sym;
+            const char *sname;
+            if (!gelf_getsym(syms, (int)i, &sym) || sym.st_shndx == SHN_UNDEF ||
+                !(sname = elf_strptr(elf, sh.sh_link, sym.st_name)) || strcmp(sname, name) != 0)
+                continue;
+            *vaddr = sym.st_value;
+            err = 0;
+            size_t size;
+            uint64_t offset;
+            const char *image = elf_rawfile(elf, &size);
+            if (len && (!image || vaddr_to_offset(elf, sym.st_value, &offset) < 0 ||
+                        offset > size || size - offset < len))
+                err = -ERANGE;
+            else if (len)
+                memcpy(buf, image + offset, len);
+            break;
+        }
+    }
+    elf_end(elf);
+    return err;
+}
+
+int np_elf_load_bias(int fd, uint64_t mapped_start, uint64_t mapped_offset, uint64_t *bias) {
+    elf_version(EV_CURRENT);
+    Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+    size_t n = 0;
+    int err = -ENOENT;
+    if (!elf || elf_getphdrnum(elf, &n) != 0) {
+        elf_end(elf);
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < n && err; i++) {
+        GElf_Phdr ph;
+        if (!gelf_getphdr(elf, (int)i, &ph) || ph.p_type != PT_LOAD)
+            continue;
+        /* The loader maps each segment from its file page to its vaddr page
+         * (4 KiB pages on x86-64, whatever p_align says): find this
+         * mapping's segment. */
+        if ((ph.p_offset & ~4095ull) == mapped_offset) {
+            *bias = mapped_start - (ph.p_vaddr & ~4095ull);
+            err = 0;
+        }
+    }
+    elf_end(elf);
+    return err;
+}
+
 int np_elf_scan_fd(int fd, struct np_elf_scan *out) {
     size_t cap = 0;
     int err = 0;

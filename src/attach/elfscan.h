@@ -29,6 +29,14 @@ struct np_elf_scan {
 int np_elf_scan_fd(int fd, struct np_elf_scan *out);
 void np_elf_scan_free(struct np_elf_scan *scan);
 
+/* Finds symbol name (.dynsym or .symtab) in the ELF open on fd: its vaddr,
+ * and, when len > 0, the first len bytes of its initial value from the
+ * file. -ENOENT when there is no such symbol. */
+int np_elf_read_symbol(int fd, const char *name, uint64_t *vaddr, void *buf, size_t len);
+/* The load bias of the ELF open on fd, from one of its mappings (start
+ * address and file offset): address in the process = bias + vaddr. */
+int np_elf_load_bias(int fd, uint64_t mapped_start, uint64_t mapped_offset, uint64_t *bias);
+
 /* Decodes the entry of a function: returns 1 and the jump target's vaddr if
  * the code is only an optional endbr64 / push rbp; mov rbp,rsp; pop rbp
  * prologue followed by a jmp; 0 otherwise. Exposed for unit tests. */

@@ -11,6 +11,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "attach/procmaps.h"
 #include "correlate/kernels.h"
 #include "lib/util.h"
 #include "symbolize/symbolize.h"
@@ -112,6 +113,14 @@ int np_target_cuda_library_count(const struct np_target *t) {
     for (size_t i = 0; i < t->nlibs; i++)
         n += t->libs[i].cuda;
     return n;
+}
+
+void np_target_detect_python(struct np_target *t) {
+    struct np_maps maps;
+    if (t->python.found || np_maps_read(t->pid, &maps) < 0)
+        return;
+    np_python_detect(t->pid, &maps, &t->python);
+    np_maps_free(&maps);
 }
 
 void np_target_forget_stacks(struct np_target *t) {

@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include "attach/attach.h"
+#include "attach/python.h"
 #include "lib/hashmap.h"
 #include "ncclprobe/events.h"
 
@@ -32,6 +33,7 @@ struct np_target {
     struct np_unwinder *unwinder;
     struct np_kernel_names *kernels;
     uint64_t launches, nested, nccl_ops;
+    struct np_python_info python; /* the CPython runtime, when the process has one */
 };
 
 /* The process (thread group) a pid belongs to: itself for a process id,
@@ -47,6 +49,9 @@ void np_target_refresh_identity(struct np_target *t);
  * such libraries there are (the dynamic loader's hook does not count). */
 int np_target_probe_count(const struct np_target *t);
 int np_target_cuda_library_count(const struct np_target *t);
+
+/* Looks for the CPython runtime (once found, it stays). */
+void np_target_detect_python(struct np_target *t);
 
 /* Drops the cached stack texts (a library was loaded: names may change). */
 void np_target_forget_stacks(struct np_target *t);

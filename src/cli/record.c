@@ -118,7 +118,8 @@ static void on_new_mapping(void *ctx, struct np_target *t, uint64_t ts_ns) {
      * records are read in order, so the refresh still comes before the
      * records that need it. */
     int n = np_attach_from_maps(&s->attacher, t, ts_ns);
-    np_target_refresh_identity(t); /* a -- CMD child has exec'd since we forked it */
+    np_target_refresh_identity(t);
+    np_target_detect_python(t); /* a -- CMD child has exec'd since we forked it */
     ensure_symbolizer(t);
     np_target_forget_stacks(t); /* addresses may name other functions now */
     if (t->hold_loads)
@@ -158,6 +159,7 @@ static int attach_pid(struct session *s, pid_t pid) {
         return n;
     }
     t->attached = true;
+    np_target_detect_python(t);
     if (np_target_probe_count(t) == 0) {
         if (s->opt.no_wait) {
             np_err("process %d (%s) has no CUDA or NCCL library loaded", pid, t->comm);

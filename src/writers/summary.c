@@ -79,6 +79,19 @@ static cJSON *target_json(const struct np_target *t) {
     add_u64(o, "launches", t->launches);
     add_u64(o, "nested_launches", t->nested);
     add_u64(o, "nccl_ops", t->nccl_ops);
+    if (t->python.found) {
+        cJSON *py = cJSON_AddObjectToObject(o, "python");
+        char text[64];
+        snprintf(text, sizeof(text), "%u.%u.%u", t->python.major, t->python.minor, t->python.micro);
+        add_text(py, "version", t->python.version_hex ? text : "");
+        snprintf(text, sizeof(text), "%u.%u", t->python.major, t->python.minor);
+        add_text(py, "minor_version", text);
+        add_text(py, "runtime_file", t->python.path);
+        cJSON_AddBoolToObject(py, "shared", t->python.shared);
+        cJSON_AddBoolToObject(py, "free_threaded", t->python.free_threaded);
+        snprintf(text, sizeof(text), "0x%" PRIx64, t->python.runtime_addr);
+        add_text(py, "runtime_address", text);
+    }
     cJSON *libs = cJSON_AddArrayToObject(o, "libraries");
     for (size_t i = 0; i < t->nlibs; i++) {
         const struct np_library *l = &t->libs[i];
