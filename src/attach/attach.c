@@ -320,6 +320,29 @@ static int open_target_file(const struct np_target *t, const struct np_mapping *
     return fd >= 0 ? fd : -errno;
 }
 
+/* Scans the file open on fd (closed here) and attaches its probes, unless
+ * the target's probes for it are already in place. Files are keyed on what
+ * fstat says: the identity in /proc/PID/maps can differ (overlay file
+ * systems), and a file pre-attached by path is the same file once mapped. */
+static int attach_fd(struct np_attacher *a, struct np_target *t, int fd, const char *target_path,
+                     const char *binary, uint64_t seen_ns) {
+    struct stat st;
+    const struct np_elf_scan *scan = NULL;
+    int err = fstat(fd, &st) < 0 ? -errno : 0;
+    if (!err && np_target_saw_file(t, st.st_dev, st.st_ino)) {
+        close(fd);
+        return 0;
+    }
+    if (!err)
+        err = np_target_mark_file(t, st.st_dev, st.st_ino);
+    if (!err)
+        err = scan_cached(a, fd, &st, &scan);
+    close(fd);
+    if (err)
+        return err;
+    return attach_scan(a, t, target_path, binary, &st, scan, seen_ns);
+}
+
 static int attach_mapping(struct np_attacher *a, struct np_target *t, const struct np_mapping *m,
                           uint64_t seen_ns) {
     char binary[4200];
@@ -328,24 +351,7 @@ static int attach_mapping(struct np_attacher *a, struct np_target *t, const stru
         np_debug("pid %d: cannot open %s: %s", t->pid, m->path, strerror(-fd));
         return 0;
     }
-    /* The same file can show up under two identities (maps vs. fstat on
-     * overlay filesystems): key on what fstat says, too. */
-    struct stat st;
-    const struct np_elf_scan *scan = NULL;
-    int err = fstat(fd, &st) < 0 ? -errno : 0;
-    bool same_identity = !err && st.st_dev == m->dev && st.st_ino == m->inode;
-    if (!err && !same_identity && np_target_saw_file(t, st.st_dev, st.st_ino)) {
-        close(fd);
-        return 0;
-    }
-    if (!err && !same_identity)
-        err = np_target_mark_file(t, st.st_dev, st.st_ino);
-    if (!err)
-        err = scan_cached(a, fd, &st, &scan);
-    close(fd);
-    if (err)
-        return err;
-    return attach_scan(a, t, m->path, binary, &st, scan, seen_ns);
+    return attach_fd(a, t, fd, m->path, binary, seen_ns);
 }
 
 int np_attach_from_maps(struct np_attacher *a, struct np_target *t, uint64_t seen_ns) {
@@ -359,9 +365,9 @@ int np_attach_from_maps(struct np_attacher *a, struct np_target *t, uint64_t see
         const struct np_mapping *m = &maps.items[i];
         if (!m->exec || np_target_saw_file(t, m->dev, m->inode))
             continue;
-        err = np_target_mark_file(t, m->dev, m->inode);
-        if (!err)
-            err = attach_mapping(a, t, m, seen_ns);
+        err = attach_mapping(a, t, m, seen_ns);
+        if (err >= 0) /* the maps identity too: the next scan skips it unopened */
+            err = np_target_mark_file(t, m->dev, m->inode) < 0 ? -ENOMEM : err;
         if (err < 0)
             break;
         total += err;
@@ -373,18 +379,5 @@ int np_attach_from_maps(struct np_attacher *a, struct np_target *t, uint64_t see
 
 int np_attach_file(struct np_attacher *a, struct np_target *t, const char *path) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    struct stat st;
-    const struct np_elf_scan *scan = NULL;
-    int err = fstat(fd, &st) < 0 ? -errno : scan_cached(a, fd, &st, &scan);
-    close(fd);
-    if (err)
-        return err;
-    if (np_target_saw_file(t, st.st_dev, st.st_ino))
-        return 0;
-    err = np_target_mark_file(t, st.st_dev, st.st_ino);
-    if (err)
-        return err;
-    return attach_scan(a, t, path, path, &st, scan, 0);
+    return fd < 0 ? -errno : attach_fd(a, t, fd, path, path, 0);
 }

@@ -45,10 +45,10 @@ static int inspect_file(int fd, const char *path, struct np_python_info *out) {
         uint64_t free_threaded;
     } debug;
 
-    if (np_elf_read_symbol(fd, "_PyRuntime", &runtime_vaddr, NULL, 0) < 0)
+    int r = np_elf_read_symbol(fd, "_PyRuntime", &runtime_vaddr, &debug, sizeof(debug));
+    if (r == -ENOENT || r == -EINVAL)
         return 0;
-    if (np_elf_read_symbol(fd, "_PyRuntime", &runtime_vaddr, &debug, sizeof(debug)) == 0 &&
-        memcmp(debug.cookie, "xdebugpy", 8) == 0) {
+    if (r == 0 && memcmp(debug.cookie, "xdebugpy", 8) == 0) {
         set_version(out, debug.version);
         out->free_threaded = debug.free_threaded != 0;
     } else if (np_elf_read_symbol(fd, "Py_Version", &version_vaddr, &version, sizeof(version)) ==
@@ -77,29 +77,25 @@ static bool may_hold_runtime(pid_t pid, const char *path) {
     return strcmp(exe, path) == 0;
 }
 
-int np_python_detect(pid_t pid, const struct np_maps *maps, struct np_python_info *out) {
-    memset(out, 0, sizeof(*out));
-    for (size_t i = 0; i < maps->count; i++) {
-        const struct np_mapping *m = &maps->items[i];
-        if (!m->exec || !may_hold_runtime(pid, m->path))
-            continue;
-        char path[PATH_MAX + 64];
-        snprintf(path, sizeof(path), "/proc/%d/root%s", (int)pid, m->path);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            continue;
-        uint64_t bias;
-        if (inspect_file(fd, m->path, out) == 1 &&
-            np_elf_load_bias(fd, m->start, m->offset, &bias) == 0) {
-            out->found = true;
-            out->runtime_addr += bias;
-            out->shared = strstr(m->path, ".so") != NULL;
-            snprintf(out->path, sizeof(out->path), "%s", m->path);
-            close(fd);
-            return 0;
-        }
-        close(fd);
-        memset(out, 0, sizeof(*out));
-    }
-    return 0;
+int np_python_inspect(pid_t pid, const struct np_mapping *m, struct np_python_info *out) {
+    if (!m->exec || !may_hold_runtime(pid, m->path))
+        return 0;
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof(path), "/proc/%d/root%s", (int)pid, m->path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    struct np_python_info info = {0};
+    uint64_t bias;
+    int found = inspect_file(fd, m->path, &info) == 1 &&
+                np_elf_load_bias(fd, m->start, m->offset, &bias) == 0;
+    close(fd);
+    if (!found)
+        return 0;
+    info.found = true;
+    info.runtime_addr += bias;
+    info.shared = strstr(m->path, ".so") != NULL;
+    snprintf(info.path, sizeof(info.path), "%s", m->path);
+    *out = info;
+    return 1;
 }

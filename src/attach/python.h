@@ -11,8 +11,6 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-struct np_maps;
-
 struct np_python_info {
     bool found;
     char path[PATH_MAX]; /* the file with _PyRuntime, as the target sees it */
@@ -23,8 +21,9 @@ struct np_python_info {
     uint64_t runtime_addr; /* &_PyRuntime in the target */
 };
 
-/* Looks through the target's executable mappings; found stays false for a
- * process without CPython. -errno only for errors reading /proc. */
-int np_python_detect(pid_t pid, const struct np_maps *maps, struct np_python_info *out);
+/* Looks at one executable mapping of the target: 1 and *out filled when
+ * its file holds the runtime, 0 otherwise. */
+struct np_mapping;
+int np_python_inspect(pid_t pid, const struct np_mapping *m, struct np_python_info *out);
 
 #endif

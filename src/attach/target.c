@@ -90,6 +90,7 @@ void np_target_free(struct np_target *t) {
         free(t->libs[i].path);
     free(t->libs);
     np_map_free(&t->seen_files, NULL);
+    np_map_free(&t->python_checked, NULL);
     np_target_forget_stacks(t);
     np_unwinder_free(t->unwinder);
     np_symbolizer_free(t->sym);
@@ -115,11 +116,24 @@ int np_target_cuda_library_count(const struct np_target *t) {
     return n;
 }
 
+static void file_key(char *key, size_t size, uint64_t dev, uint64_t inode) {
+    snprintf(key, size, "%" PRIu64 ":%" PRIu64, dev, inode);
+}
+
 void np_target_detect_python(struct np_target *t) {
     struct np_maps maps;
     if (t->python.found || np_maps_read(t->pid, &maps) < 0)
         return;
-    np_python_detect(t->pid, &maps, &t->python);
+    for (size_t i = 0; i < maps.count && !t->python.found; i++) {
+        const struct np_mapping *m = &maps.items[i];
+        char key[48];
+        file_key(key, sizeof(key), m->dev, m->inode);
+        if (!m->exec || np_map_get_str(&t->python_checked, key))
+            continue;
+        if (np_map_put_str(&t->python_checked, key, (void *)1) < 0)
+            break;
+        np_python_inspect(t->pid, m, &t->python);
+    }
     np_maps_free(&maps);
 }
 
@@ -143,10 +157,6 @@ struct np_library *np_target_add_library(struct np_target *t, const char *path) 
         return NULL;
     t->nlibs++;
     return lib;
-}
-
-static void file_key(char *key, size_t size, uint64_t dev, uint64_t inode) {
-    snprintf(key, size, "%" PRIu64 ":%" PRIu64, dev, inode);
 }
 
 bool np_target_saw_file(const struct np_target *t, uint64_t dev, uint64_t inode) {

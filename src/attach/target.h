@@ -34,6 +34,7 @@ struct np_target {
     struct np_kernel_names *kernels;
     uint64_t launches, nested, nccl_ops;
     struct np_python_info python; /* the CPython runtime, when the process has one */
+    struct np_map python_checked; /* "dev:inode" of files already looked at for it */
 };
 
 /* The process (thread group) a pid belongs to: itself for a process id,
@@ -50,7 +51,8 @@ void np_target_refresh_identity(struct np_target *t);
 int np_target_probe_count(const struct np_target *t);
 int np_target_cuda_library_count(const struct np_target *t);
 
-/* Looks for the CPython runtime (once found, it stays). */
+/* Looks for the CPython runtime in files not looked at before (once found,
+ * it stays): a load costs nothing for a file already seen. */
 void np_target_detect_python(struct np_target *t);
 
 /* Drops the cached stack texts (a library was loaded: names may change). */

@@ -118,8 +118,9 @@ static void on_new_mapping(void *ctx, struct np_target *t, uint64_t ts_ns) {
      * records are read in order, so the refresh still comes before the
      * records that need it. */
     int n = np_attach_from_maps(&s->attacher, t, ts_ns);
-    np_target_refresh_identity(t);
-    np_target_detect_python(t); /* a -- CMD child has exec'd since we forked it */
+    if (!t->sym) /* the first load of a -- CMD child: it has exec'd since we forked it */
+        np_target_refresh_identity(t);
+    np_target_detect_python(t);
     ensure_symbolizer(t);
     np_target_forget_stacks(t); /* addresses may name other functions now */
     if (t->hold_loads)
@@ -450,7 +451,7 @@ static int write_summary(struct session *s) {
         sum_percpu(bpf_map__fd(s->skel->maps.probe_drops), (__u32)id, ncpus, &drops[id]);
     }
     for (__u32 c = 0; !err && c < NP_CNT_MAX; c++)
-        sum_percpu(bpf_map__fd(s->skel->maps.counters), c, ncpus, &counters[c]);
+        counters[c] = counter(s, c);
 
     if (!err) {
         struct np_summary sum = {

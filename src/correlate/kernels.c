@@ -33,9 +33,7 @@ const char *np_kernel_names_lookup(const struct np_kernel_names *k, uint64_t han
     return handle ? np_map_get_u64(&k->by_handle, handle) : NULL;
 }
 
-const char *np_kernel_name_from_stub(struct np_kernel_names *k, struct np_symbolizer *sym,
-                                     uint64_t stub) {
-    (void)k;
+const char *np_kernel_name_from_stub(struct np_symbolizer *sym, uint64_t stub) {
     if (!stub || !sym)
         return NULL;
     const struct np_frame *f = np_symbolize(sym, stub, false);
@@ -62,7 +60,7 @@ int np_kernel_names_on_handle(struct np_kernel_names *k, struct np_symbolizer *s
 
     switch (def->src_kind) {
     case NP_SRC_POINTER: /* NULL without a symbolizer */
-        name = np_kernel_name_from_stub(k, sym, h->source);
+        name = np_kernel_name_from_stub(sym, h->source);
         break;
     case NP_SRC_STRING:
         if (h->name_err == 0 && h->name[0]) {

@@ -29,7 +29,6 @@ int np_kernel_names_on_handle(struct np_kernel_names *k, struct np_symbolizer *s
 const char *np_kernel_names_lookup(const struct np_kernel_names *k, uint64_t handle);
 
 /* Names the kernel from a host stub address; NULL if it is no symbol. */
-const char *np_kernel_name_from_stub(struct np_kernel_names *k, struct np_symbolizer *sym,
-                                     uint64_t stub);
+const char *np_kernel_name_from_stub(struct np_symbolizer *sym, uint64_t stub);
 
 #endif

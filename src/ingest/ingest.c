@@ -216,7 +216,7 @@ static const char *kernel_name(struct np_target *t, const struct np_launch *l, c
         /* cudaLaunchKernel also accepts a cudaKernel_t since CUDA 12 */
         name = np_kernel_names_lookup(t->kernels, l->func);
         if (!name)
-            name = np_kernel_name_from_stub(t->kernels, t->sym, l->func);
+            name = np_kernel_name_from_stub(t->sym, l->func);
         break;
     case NP_LAYOUT_RT_LAUNCH_HANDLE:
     case NP_LAYOUT_DRV_LAUNCH:
@@ -310,8 +310,7 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
 
     if (l.is_nccl_op) {
         t->nccl_ops++;
-        np_output_nccl_op(in->out, t, &l, np_str_cstr(&stack->folded),
-                          np_str_cstr(&stack->detailed));
+        np_output_nccl_op(in->out, &l, np_str_cstr(&stack->folded), np_str_cstr(&stack->detailed));
     } else {
         char buf[600], stub_buf[600];
         const char *kernel = kernel_name(t, &l, buf, sizeof(buf));
@@ -325,7 +324,7 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
             t->nested++;
         else
             t->launches++;
-        np_output_launch(in->out, t, &l, np_str_cstr(&stack->folded), np_str_cstr(&stack->detailed),
+        np_output_launch(in->out, &l, np_str_cstr(&stack->folded), np_str_cstr(&stack->detailed),
                          kernel);
     }
 }

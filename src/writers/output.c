@@ -9,7 +9,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "attach/target.h"
 #include "lib/util.h"
 #include "writers/json.h"
 
@@ -149,7 +148,7 @@ static uint64_t stack_id(struct np_output *o, const char *stack, const char *fol
     return id;
 }
 
-static void json_common(struct np_str *s, const struct np_target *t, const struct np_launch *l) {
+static void json_common(struct np_str *s, const struct np_launch *l) {
     const struct np_launch_event *e = l->ev;
     np_str_appendf(s,
                    "{\"ts_ns\":%" PRIu64 ",\"pid\":%u,\"tid\":%u,\"comm\":", (uint64_t)e->hdr.ts_ns,
@@ -159,14 +158,13 @@ static void json_common(struct np_str *s, const struct np_target *t, const struc
     comm[NP_COMM_LEN] = '\0';
     np_json_string(s, comm);
     np_str_appendf(s, ",\"cpu\":%u", e->cpu);
-    (void)t;
 }
 
-static void write_launch_json(struct np_output *o, const struct np_target *t,
-                              const struct np_launch *l, const char *kernel, uint64_t sid) {
+static void write_launch_json(struct np_output *o, const struct np_launch *l, const char *kernel,
+                              uint64_t sid) {
     struct np_str *s = &o->line;
     np_str_reset(s);
-    json_common(s, t, l);
+    json_common(s, l);
     np_str_append(s, ",\"api\":");
     np_json_string(s, l->def->api);
     np_str_appendf(s, ",\"probe_id\":%u", l->ev->called_as);
@@ -182,10 +180,10 @@ static void write_launch_json(struct np_output *o, const struct np_target *t,
     write_line(o, o->launches_jsonl, s);
 }
 
-void np_output_launch(struct np_output *o, const struct np_target *t, const struct np_launch *l,
-                      const char *stack, const char *detailed, const char *kernel) {
+void np_output_launch(struct np_output *o, const struct np_launch *l, const char *stack,
+                      const char *detailed, const char *kernel) {
     uint64_t sid = stack_id(o, detailed, stack);
-    write_launch_json(o, t, l, kernel, sid);
+    write_launch_json(o, l, kernel, sid);
     if (l->nested) {
         o->totals.nested++;
         return;
@@ -217,15 +215,15 @@ void np_output_launch(struct np_output *o, const struct np_target *t, const stru
     write_line(o, o->ext_folded, line);
 }
 
-void np_output_nccl_op(struct np_output *o, const struct np_target *t, const struct np_launch *l,
-                       const char *stack, const char *detailed) {
+void np_output_nccl_op(struct np_output *o, const struct np_launch *l, const char *stack,
+                       const char *detailed) {
     uint64_t sid = stack_id(o, detailed, stack);
     struct np_str *s = &o->line;
     int size = np_nccl_datatype_size(l->datatype);
 
     o->totals.nccl_ops++;
     np_str_reset(s);
-    json_common(s, t, l);
+    json_common(s, l);
     np_str_append(s, ",\"op\":");
     np_json_string(s, l->def->api);
     np_str_appendf(s, ",\"count\":%" PRIu64 ",\"datatype\":", l->count);

@@ -13,7 +13,6 @@
 #include "ingest/launch.h"
 #include "lib/hashmap.h"
 
-struct np_target;
 struct np_output;
 
 struct np_output_totals {
@@ -28,10 +27,10 @@ int np_output_open(const char *dir, struct np_output **out);
 /* stack: the root-first native frames joined by ';' (may be ""), for the
  * folded outputs; detailed: the same with inlined frames, for stacks.jsonl
  * (stack_id refers to it). */
-void np_output_launch(struct np_output *o, const struct np_target *t, const struct np_launch *l,
-                      const char *stack, const char *detailed, const char *kernel);
-void np_output_nccl_op(struct np_output *o, const struct np_target *t, const struct np_launch *l,
-                       const char *stack, const char *detailed);
+void np_output_launch(struct np_output *o, const struct np_launch *l, const char *stack,
+                      const char *detailed, const char *kernel);
+void np_output_nccl_op(struct np_output *o, const struct np_launch *l, const char *stack,
+                       const char *detailed);
 /* Flushes everything written so far (stream files stay usable). */
 void np_output_flush(struct np_output *o);
 /* Writes launches.folded, closes every file; returns the first error. */

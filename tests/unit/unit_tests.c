@@ -212,10 +212,10 @@ static void test_writers(void) {
     np_launch_decode(&e, np_probe_def_by_symbol("cudaLaunchKernel"), &l);
     const char *stack = "main;fn<\"&'>;caf\xc3\xa9\xff";
     for (int i = 0; i < 3; i++)
-        np_output_launch(o, NULL, &l, stack, stack, "k;er\nnel");
+        np_output_launch(o, &l, stack, stack, "k;er\nnel");
     np_launch_decode(&e, np_probe_def_by_symbol("cuLaunchKernel"), &l);
     l.nested = true;
-    np_output_launch(o, NULL, &l, stack, stack, "inner");
+    np_output_launch(o, &l, stack, stack, "inner");
     CHECK(np_output_totals(o)->launches == 3 && np_output_totals(o)->nested == 1);
     CHECK(np_output_close(o) == 0);
 
