@@ -264,6 +264,242 @@ static __always_inline __u32 copy_user_stack(struct np_launch_event *e) {
     return copied;
 }
 
+/* ---- Python frames ------------------------------------------------------
+ *
+ * In a Python process (py_procs has its tgid), each launch also records the
+ * calling thread's CPython frames: code object and instruction offset, innermost
+ * first. The thread's PyThreadState is the one whose thread_id (pthread_self)
+ * equals the thread's fsbase - found by walking every interpreter's thread
+ * list, then cached per thread and re-checked with one read. The GIL holder
+ * and TLS lookups are wrong here: launches run with the GIL released. Offsets
+ * come from user space (struct np_py_cfg), so one walker serves 3.10-3.14.
+ */
+struct py_thread {
+    __u64 tstate;     /* 0: the thread had no Python thread state */
+    __u64 checked_ns; /* when that was found out */
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 4096);
+    __type(key, __u32);
+    __type(value, struct np_py_cfg);
+} py_procs SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, __u32);
+    __type(value, struct py_thread);
+} py_thread_by_tid SEC(".maps");
+
+/* Python stacks (by their code objects) seen before. A new one wakes the
+ * reader at once: code objects are read from the live process, and a
+ * short-lived one (a script's module code) must be read before it is freed. */
+struct py_stack_key {
+    __u32 pid;
+    __u32 pad;
+    __u64 hash;
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, struct py_stack_key);
+    __type(value, __u8);
+} py_seen_stacks SEC(".maps");
+
+struct py_frame_buf {
+    __u8 bytes[NP_PY_FRAME_READ + 8];
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct py_frame_buf);
+} py_frame_scratch SEC(".maps");
+
+#define NP_PY_MAX_THREAD_STEPS 4096          /* thread states (and interpreters) visited */
+#define NP_PY_NO_THREAD_RECHECK_NS 100000000 /* a thread without Python is re-checked after */
+#define NP_DATA_WORDS (sizeof(((struct np_launch_event *)0)->data) / sizeof(__u64))
+
+static __always_inline __u64 read_user_u64(__u64 addr) {
+    __u64 v = 0;
+    if (bpf_probe_read_user(&v, sizeof(v), (void *)addr) != 0)
+        return 0;
+    return v;
+}
+
+struct thread_walk {
+    const struct np_py_cfg *cfg;
+    __u64 fsbase;
+    __u64 interp;
+    __u64 tstate;
+    __u64 found;
+};
+
+static long thread_walk_step(__u32 i, void *ctx) {
+    struct thread_walk *w = ctx;
+    const struct np_py_cfg *cfg = w->cfg;
+
+    if (w->tstate) {
+        if (read_user_u64(w->tstate + cfg->tstate_thread_id) == w->fsbase) {
+            w->found = w->tstate;
+            return 1;
+        }
+        w->tstate = read_user_u64(w->tstate + cfg->tstate_next);
+        return 0;
+    }
+    w->interp = read_user_u64(w->interp + cfg->interp_next);
+    if (!w->interp)
+        return 1;
+    w->tstate = read_user_u64(w->interp + cfg->interp_threads);
+    return 0;
+}
+
+/* The calling thread's PyThreadState, or 0. */
+static __always_inline __u64 find_thread_state(const struct np_py_cfg *cfg, __u32 tid) {
+    struct task_struct *task = bpf_get_current_task_btf();
+    __u64 fsbase = BPF_CORE_READ(task, thread.fsbase);
+    __u64 now = bpf_ktime_get_ns();
+
+    struct py_thread *known = bpf_map_lookup_elem(&py_thread_by_tid, &tid);
+    if (known) {
+        if (known->tstate && read_user_u64(known->tstate + cfg->tstate_thread_id) == fsbase)
+            return known->tstate;
+        if (!known->tstate && now - known->checked_ns < NP_PY_NO_THREAD_RECHECK_NS)
+            return 0;
+    }
+    struct thread_walk w = {.cfg = cfg, .fsbase = fsbase};
+    w.interp = read_user_u64(cfg->runtime + cfg->interp_head);
+    if (w.interp) {
+        w.tstate = read_user_u64(w.interp + cfg->interp_threads);
+        bpf_loop(NP_PY_MAX_THREAD_STEPS, thread_walk_step, &w, 0);
+    }
+    struct py_thread now_known = {.tstate = w.found, .checked_ns = now};
+    bpf_map_update_elem(&py_thread_by_tid, &tid, &now_known, BPF_ANY);
+    return w.found;
+}
+
+struct frame_walk {
+    struct np_launch_event *e;
+    const struct np_py_cfg *cfg;
+    __u8 *buf;
+    __u64 frame;
+    __u32 base; /* data[] index of the first Python frame */
+    __u32 n;
+    __u32 flags; /* NP_LF_PY_* */
+    __u64 hash;  /* of the code objects walked */
+};
+
+static __always_inline __u64 buf_u64(const __u8 *buf, __u32 off) {
+    if (off > NP_PY_FRAME_READ - 8)
+        return 0;
+    return *(const __u64 *)(buf + off);
+}
+
+static __always_inline __u8 buf_u8(const __u8 *buf, __u32 off) {
+    if (off >= NP_PY_FRAME_READ)
+        return 0;
+    return buf[off];
+}
+
+static __always_inline __u32 *frame_flags_at(struct frame_walk *w, __u32 n) {
+    __u64 idx = (__u64)w->base + 2 * (__u64)n;
+    if (idx > NP_DATA_WORDS - 2)
+        return NULL;
+    barrier_var(idx);
+    return (__u32 *)&w->e->data[idx + 1] + 1;
+}
+
+static long frame_walk_step(__u32 i, void *ctx) {
+    struct frame_walk *w = ctx;
+    const struct np_py_cfg *cfg = w->cfg;
+    __u32 len = cfg->frame_read;
+
+    if (!w->frame)
+        return 1;
+    if (len > NP_PY_FRAME_READ)
+        len = NP_PY_FRAME_READ;
+    if (bpf_probe_read_user(w->buf, len, (void *)w->frame) != 0) {
+        w->flags |= NP_LF_PY_ERR;
+        return 1;
+    }
+    __u64 frame = w->frame;
+    w->frame = buf_u64(w->buf, cfg->frame_previous);
+    if (w->frame == frame) /* a corrupt chain must not spin */
+        w->frame = 0;
+    __u64 code = buf_u64(w->buf, cfg->frame_code) & ~7ull; /* 3.14: tagged _PyStackRef */
+    if (cfg->frame_owner != NP_PY_NO_FIELD && buf_u8(w->buf, cfg->frame_owner) >= cfg->owner_shim) {
+        /* the C-stack shim below a C activation's frames: ends that block */
+        __u32 *prev_flags = w->n ? frame_flags_at(w, w->n - 1) : NULL;
+        if (prev_flags)
+            *prev_flags |= NP_PYF_ENTRY;
+        return 0;
+    }
+    if (!code)
+        return 0;
+    if (w->n >= cfg->max_frames || w->n >= NP_PY_MAX_FRAMES) {
+        w->flags |= NP_LF_PY_TRUNCATED;
+        return 1;
+    }
+    __u64 idx = (__u64)w->base + 2 * (__u64)w->n;
+    if (idx > NP_DATA_WORDS - 2)
+        return 1;
+    barrier_var(idx);
+    __s32 instr;
+    __u32 flags = 0;
+    if (cfg->legacy_frames) { /* 3.10: f_lasti counts code units */
+        __u64 lasti = buf_u64(w->buf, cfg->frame_instr);
+        instr = (__s32)(__u32)lasti * 2;
+        flags = NP_PYF_ENTRY;
+    } else {
+        instr = (__s32)(buf_u64(w->buf, cfg->frame_instr) - (code + cfg->code_adaptive));
+        if (cfg->frame_is_entry != NP_PY_NO_FIELD && buf_u8(w->buf, cfg->frame_is_entry))
+            flags = NP_PYF_ENTRY;
+    }
+    w->hash = (w->hash ^ code) * 0x100000001b3ull;
+    w->e->data[idx] = code;
+    w->e->data[idx + 1] = (__u64)(__u32)instr | ((__u64)flags << 32);
+    w->n++;
+    return 0;
+}
+
+/* Appends the thread's Python frames to e at data word `base`. */
+static __always_inline void capture_python(struct np_launch_event *e, const struct np_py_cfg *cfg,
+                                           __u32 tid, __u32 base) {
+    __u32 zero = 0;
+    struct py_frame_buf *buf = bpf_map_lookup_elem(&py_frame_scratch, &zero);
+    if (!buf)
+        return;
+    count(NP_CNT_PY_WALKS);
+    __u64 tstate = find_thread_state(cfg, tid);
+    if (!tstate) {
+        e->flags |= NP_LF_PY_NO_THREAD;
+        count(NP_CNT_PY_NO_THREAD);
+        return;
+    }
+    struct frame_walk w = {
+        .e = e, .cfg = cfg, .buf = buf->bytes, .base = base, .hash = 0xcbf29ce484222325ull};
+    w.frame = read_user_u64(tstate + cfg->tstate_frame);
+    if (w.frame && cfg->cframe_frame != NP_PY_NO_FIELD) /* 3.11/3.12: via tstate->cframe */
+        w.frame = read_user_u64(w.frame + cfg->cframe_frame);
+    bpf_loop(2 * NP_PY_MAX_FRAMES + 2, frame_walk_step, &w, 0);
+    e->n_py = w.n;
+    e->flags |= NP_LF_PY | w.flags;
+    if (w.flags & NP_LF_PY_ERR)
+        count(NP_CNT_PY_ERRORS);
+    if (w.flags & NP_LF_PY_TRUNCATED)
+        count(NP_CNT_PY_TRUNCATED);
+    struct py_stack_key key = {.pid = e->hdr.pid, .hash = w.hash};
+    __u8 one = 1;
+    if (w.n && !bpf_map_lookup_elem(&py_seen_stacks, &key)) {
+        bpf_map_update_elem(&py_seen_stacks, &key, &one, BPF_ANY);
+        e->flags |= NP_LF_PY_NEW;
+    }
+}
+
 static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_probe_cfg *cfg,
                                        __u32 probe_id, __u64 pid_tgid) {
     __u32 cpu = bpf_get_smp_processor_id();
@@ -303,6 +539,7 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
     }
     e->n_ips = n;
     e->stack_len = copied;
+    e->n_py = 0;
 
     __u32 tid = (__u32)pid_tgid;
     if (cfg->role == NP_ROLE_LAUNCH) {
@@ -310,12 +547,22 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
         track_scope(e, tid);
     }
 
-    __u32 size = NP_LAUNCH_FIXED_SIZE + n * sizeof(__u64) + copied;
+    __u64 size = NP_LAUNCH_FIXED_SIZE + n * sizeof(__u64) + copied;
+    __u32 pid = pid_tgid >> 32;
+    struct np_py_cfg *py = bpf_map_lookup_elem(&py_procs, &pid);
+    if (py) {
+        __u32 base = np_launch_py_index(n, copied);
+        e->hdr.pid = pid; /* the walker keys what it has seen by it */
+        capture_python(e, py, tid, base);
+        size = NP_LAUNCH_FIXED_SIZE + base * sizeof(__u64) + e->n_py * sizeof(struct np_py_frame);
+    }
     if (size > sizeof(*e))
         size = sizeof(*e);
+    barrier_var(size); /* keep the bounded register for the verifier */
     fill_header(&e->hdr, NP_EV_LAUNCH, size, pid_tgid);
 
-    if (bpf_ringbuf_output(&events, e, size, wakeup_flag(size)) != 0) {
+    __u64 wake = (e->flags & NP_LF_PY_NEW) ? BPF_RB_FORCE_WAKEUP : wakeup_flag(size);
+    if (bpf_ringbuf_output(&events, e, size, wake) != 0) {
         count(NP_CNT_LAUNCH_DROPPED);
         count_probe(&probe_drops, e->called_as);
         return 0;

@@ -17,7 +17,7 @@
 #include <linux/types.h>
 #endif
 
-#define NP_EVENT_VERSION 1
+#define NP_EVENT_VERSION 2
 #define NP_COMM_LEN 16
 #define NP_MAX_STACK 127 /* kernel's default perf_event_max_stack */
 #define NP_REG_ARGS 6    /* SysV x86-64 integer argument registers */
@@ -26,6 +26,7 @@
 #define NP_NAME_LEN 128
 #define NP_MAX_PROBES 16384
 #define NP_MAX_STACK_BYTES 65536 /* upper bound of --stack-bytes */
+#define NP_PY_MAX_FRAMES 1024    /* upper bound of --python-depth */
 
 enum np_event_type {
     NP_EV_LAUNCH = 1, /* a probed launch / NCCL API entry (struct np_launch_event) */
@@ -74,12 +75,59 @@ struct np_probe_cfg {
 };
 
 enum np_launch_flags {
-    NP_LF_NESTED = 1u << 0,     /* fired inside another launch probe's activation, same thread */
-    NP_LF_VIA_THUNK = 1u << 1,  /* entered through a thunk: called_as names the thunk */
-    NP_LF_STACK_ERR = 1u << 2,  /* bpf_get_stack failed: stack_err holds the error */
-    NP_LF_DEREF_ERR = 1u << 3,  /* copying the dereferenced argument failed */
-    NP_LF_ARGS_ERR = 1u << 4,   /* reading the stack-passed arguments failed */
-    NP_LF_STACK_COPY = 1u << 5, /* data[] holds a stack copy for DWARF unwinding */
+    NP_LF_NESTED = 1u << 0,       /* fired inside another launch probe's activation, same thread */
+    NP_LF_VIA_THUNK = 1u << 1,    /* entered through a thunk: called_as names the thunk */
+    NP_LF_STACK_ERR = 1u << 2,    /* bpf_get_stack failed: stack_err holds the error */
+    NP_LF_DEREF_ERR = 1u << 3,    /* copying the dereferenced argument failed */
+    NP_LF_ARGS_ERR = 1u << 4,     /* reading the stack-passed arguments failed */
+    NP_LF_STACK_COPY = 1u << 5,   /* data[] holds a stack copy for DWARF unwinding */
+    NP_LF_PY = 1u << 6,           /* the thread runs Python: n_py frames follow */
+    NP_LF_PY_TRUNCATED = 1u << 7, /* more Python frames than --python-depth */
+    NP_LF_PY_ERR = 1u << 8,       /* a Python frame could not be read: the walk stopped */
+    NP_LF_PY_NO_THREAD = 1u << 9, /* a Python process, but this thread has no thread state */
+    NP_LF_PY_NEW = 1u << 10,      /* these code objects were not seen together before: the
+                                     reader was woken at once to read them while they live */
+};
+
+/* One CPython frame, innermost first, as the BPF walker saw it: the code
+ * object, and the offset in bytes of the instruction executing in it
+ * (3.10: 2 * f_lasti; 3.11+: from co_code_adaptive; negative: not started).
+ * NP_PYF_ENTRY marks the outermost Python frame of one C activation of the
+ * eval loop: the frames up to it belong to one _PyEval_EvalFrameDefault. */
+#define NP_PYF_ENTRY 1u
+
+struct np_py_frame {
+    __u64 code;
+    __s32 instr;
+    __u32 flags;
+};
+
+/* Where the BPF walker finds a thread's frames, per Python process (map
+ * py_procs, key = tgid). Offsets are bytes; NP_PY_NO_FIELD: the version
+ * has no such field. From per-version tables (3.10-3.12) or from the
+ * target's _Py_DebugOffsets (3.13+), see src/attach/python.c. */
+#define NP_PY_NO_FIELD 0xffffu
+#define NP_PY_FRAME_READ 128 /* bytes of a frame read at once: every field used lies below */
+
+struct np_py_cfg {
+    __u64 runtime;        /* &_PyRuntime in the target */
+    __u32 max_frames;     /* --python-depth */
+    __u32 interp_head;    /* _PyRuntime.interpreters.head */
+    __u32 interp_next;    /* PyInterpreterState.next */
+    __u32 interp_threads; /* PyInterpreterState.threads.head (3.10: tstate_head) */
+    __u16 tstate_next;
+    __u16 tstate_thread_id; /* pthread_t: equals the thread's fsbase on x86-64 */
+    __u16 tstate_frame;     /* 3.10 frame, 3.11/3.12 cframe, 3.13+ current_frame */
+    __u16 cframe_frame;     /* 3.11/3.12: _PyCFrame.current_frame; else NP_PY_NO_FIELD */
+    __u16 frame_previous;   /* f_back / previous */
+    __u16 frame_code;       /* f_code / f_executable (tag bits masked) */
+    __u16 frame_instr;      /* 3.10 f_lasti (int, code units); prev_instr / instr_ptr */
+    __u16 frame_owner;      /* 3.11+: owner (char); else NP_PY_NO_FIELD */
+    __u16 frame_is_entry;   /* 3.11: is_entry (bool); else NP_PY_NO_FIELD */
+    __u16 code_adaptive;    /* offset of the bytecode in the code object (3.11+) */
+    __u8 legacy_frames;     /* 3.10: PyFrameObject chain, instruction = f_lasti */
+    __u8 owner_shim;        /* owner values >= this are C-stack shims: skipped */
+    __u16 frame_read;       /* bytes read per frame, <= NP_PY_FRAME_READ */
 };
 
 struct np_launch_event {
@@ -99,12 +147,15 @@ struct np_launch_event {
     __u8 deref[NP_DEREF_BYTES];      /* probe_cfg's dereferenced argument */
     __u32 n_ips;                     /* instruction pointers at the start of data[] */
     __u32 stack_len;                 /* user stack bytes copied from sp upwards, after them */
+    __u32 n_py;                      /* NP_LF_PY: Python frames after the stack (np_launch_py) */
+    __u32 pad;
     /* Frame-pointer mode: data[] holds bpf_get_stack's user stack - ips[0] is
      * the probed function, then the frame-pointer chain (kernels before 6.12
      * miss the caller at a function entry; user space inserts ret_addr then).
      * DWARF modes: one ip (the probed function), then stack_len bytes of the
-     * user stack starting at sp, unwound in user space. */
-    __u64 data[NP_MAX_STACK + NP_MAX_STACK_BYTES / 8];
+     * user stack starting at sp, unwound in user space. Then, 8-byte
+     * aligned, n_py struct np_py_frame. */
+    __u64 data[NP_MAX_STACK + NP_MAX_STACK_BYTES / 8 + NP_PY_MAX_FRAMES * 2];
 };
 
 #define NP_LAUNCH_FIXED_SIZE __builtin_offsetof(struct np_launch_event, data)
@@ -115,6 +166,15 @@ static inline const __u64 *np_launch_ips(const struct np_launch_event *e) {
 
 static inline const __u8 *np_launch_stack(const struct np_launch_event *e) {
     return (const __u8 *)(e->data + e->n_ips);
+}
+
+/* Index in data[] of the first Python frame. */
+static inline __u32 np_launch_py_index(__u32 n_ips, __u32 stack_len) {
+    return n_ips + (stack_len + 7) / 8;
+}
+
+static inline const struct np_py_frame *np_launch_py(const struct np_launch_event *e) {
+    return (const struct np_py_frame *)(e->data + np_launch_py_index(e->n_ips, e->stack_len));
 }
 
 struct np_handle_event {
@@ -140,7 +200,11 @@ enum np_counter {
     NP_CNT_MAP_DROPPED,
     NP_CNT_FOREIGN_HITS, /* a probe fired in a process it does not serve */
     NP_CNT_THUNK_HITS,
-    NP_CNT_LAUNCH_HITS, /* launch/API probe hits: = LAUNCH_SENT + LAUNCH_DROPPED */
+    NP_CNT_LAUNCH_HITS,  /* launch/API probe hits: = LAUNCH_SENT + LAUNCH_DROPPED */
+    NP_CNT_PY_WALKS,     /* launches in a Python process whose frames were walked */
+    NP_CNT_PY_NO_THREAD, /* ... on a thread without a Python thread state */
+    NP_CNT_PY_ERRORS,    /* ... where reading a frame failed */
+    NP_CNT_PY_TRUNCATED, /* ... with more frames than --python-depth */
     NP_CNT_MAX
 };
 

@@ -14,6 +14,7 @@
 #include "attach/procmaps.h"
 #include "correlate/kernels.h"
 #include "lib/util.h"
+#include "symbolize/pycode.h"
 #include "symbolize/symbolize.h"
 #include "unwind/unwind.h"
 
@@ -95,6 +96,7 @@ void np_target_free(struct np_target *t) {
     np_unwinder_free(t->unwinder);
     np_symbolizer_free(t->sym);
     np_kernel_names_free(t->kernels);
+    np_pycode_free(t->pycode);
     if (t->pidfd >= 0)
         close(t->pidfd);
     free(t->exe);

@@ -16,6 +16,7 @@
 struct np_symbolizer;
 struct np_unwinder;
 struct np_kernel_names;
+struct np_pycode;
 
 struct np_target {
     pid_t pid;
@@ -35,6 +36,9 @@ struct np_target {
     uint64_t launches, nested, nccl_ops;
     struct np_python_info python; /* the CPython runtime, when the process has one */
     struct np_map python_checked; /* "dev:inode" of files already looked at for it */
+    bool python_walked;           /* the BPF walker has this process's layout */
+    bool python_refused;          /* its frames cannot be walked: said once */
+    struct np_pycode *pycode;     /* reads its code objects (frames -> file:line) */
 };
 
 /* The process (thread group) a pid belongs to: itself for a process id,

@@ -41,9 +41,16 @@ static void usage(FILE *f) {
             "      --debuginfo-path P   where to find separate debug files (libdw syntax,\n"
             "                           default :.debug:/usr/lib/debug with build-id dirs)\n"
             "      --stack-bytes N      user stack copied per launch for DWARF unwinding\n"
+            "                           (default 16384, at most 65536)\n"
+            "      --python MODE        Python frames of CPython 3.10+ targets: merge\n"
+            "                           (default) puts them where the interpreter ran\n"
+            "                           them, in place of its own frames; raw keeps\n"
+            "                           every interpreter frame beside them; off\n"
+            "      --python-depth N     Python frames kept per launch, innermost first\n"
+            "                           (default 128, at most 1024); deeper stacks end\n"
+            "                           in \"[python truncated]\"\n"
             "      --raw-dump FILE      also write every BPF record as received (for\n"
             "                           bench/unwind_bench and bug reports)\n"
-            "                           (default 16384, at most 65536)\n"
             "  -v, --verbose            more diagnostics\n"
             "  -h, --help               this text\n");
 }
@@ -80,7 +87,9 @@ int np_record_parse_options(int argc, char **argv, struct options *opt) {
         OPT_STACK_BYTES,
         OPT_INLINE,
         OPT_DEBUGINFO,
-        OPT_RAW_DUMP
+        OPT_RAW_DUMP,
+        OPT_PYTHON,
+        OPT_PYTHON_DEPTH
     };
     static const struct option longopts[] = {
         {"pid", required_argument, NULL, 'p'},
@@ -94,6 +103,8 @@ int np_record_parse_options(int argc, char **argv, struct options *opt) {
         {"inline", no_argument, NULL, OPT_INLINE},
         {"debuginfo-path", required_argument, NULL, OPT_DEBUGINFO},
         {"raw-dump", required_argument, NULL, OPT_RAW_DUMP},
+        {"python", required_argument, NULL, OPT_PYTHON},
+        {"python-depth", required_argument, NULL, OPT_PYTHON_DEPTH},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {0},
@@ -103,6 +114,7 @@ int np_record_parse_options(int argc, char **argv, struct options *opt) {
     opt->ring_mb = 64; /* rides out reader stalls (first symbol loads) at 100k+ launches/s */
     opt->wakeup_kb = 256;
     opt->stack_bytes = DEFAULT_STACK_BYTES;
+    opt->python_depth = DEFAULT_PYTHON_DEPTH;
     optind = 1;
     while ((c = getopt_long(argc, argv, "+p:o:d:vh", longopts, NULL)) != -1) {
         switch (c) {
@@ -157,6 +169,24 @@ int np_record_parse_options(int argc, char **argv, struct options *opt) {
             break;
         case OPT_INLINE:
             opt->inline_frames = true;
+            break;
+        case OPT_PYTHON:
+            if (strcmp(optarg, "merge") == 0)
+                opt->python = NP_PYTHON_MERGE;
+            else if (strcmp(optarg, "raw") == 0)
+                opt->python = NP_PYTHON_RAW;
+            else if (strcmp(optarg, "off") == 0)
+                opt->python = NP_PYTHON_OFF;
+            else {
+                np_err("invalid --python '%s': expected merge, raw or off", optarg);
+                return -EINVAL;
+            }
+            break;
+        case OPT_PYTHON_DEPTH:
+            if (np_parse_long(optarg, 1, NP_PY_MAX_FRAMES, &opt->python_depth) < 0) {
+                np_err("invalid --python-depth '%s': expected 1 to %d", optarg, NP_PY_MAX_FRAMES);
+                return -EINVAL;
+            }
             break;
         case OPT_RAW_DUMP:
             opt->raw_dump = optarg;

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "ingest/ingest.h"
+
 struct options {
     pid_t *pids;
     size_t npids;
@@ -21,11 +23,14 @@ struct options {
     const char *debuginfo_path;
     const char *raw_dump;
     long stack_bytes;
+    enum np_python_mode python;
+    long python_depth;
     bool verbose;
     char **command; /* argv after "--", NULL-terminated */
 };
 
 #define DEFAULT_STACK_BYTES 16384
+#define DEFAULT_PYTHON_DEPTH 128
 
 /* Parses argv (argv[0] is "record" or the program); 0, or -EINVAL after
  * printing what is wrong. --help prints the usage and exits 0. */

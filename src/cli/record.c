@@ -27,6 +27,7 @@
 #include "ingest/ingest.h"
 #include "lib/util.h"
 #include "ncclprobe.skel.h"
+#include "symbolize/pycode.h"
 #include "symbolize/symbolize.h"
 #include "unwind/unwind.h"
 #include "writers/output.h"
@@ -108,6 +109,39 @@ static int ensure_symbolizer(struct np_target *t) {
     return err;
 }
 
+/* Hands a Python target's layout to the BPF frame walker and creates the
+ * reader of its code objects; once per process, after the runtime is found. */
+static void enable_python(struct session *s, struct np_target *t) {
+    if (!t->python.found || t->python_walked || s->opt.python == NP_PYTHON_OFF)
+        return;
+    const struct np_python_layout *l = &t->python.layout;
+    if (!l->walkable) {
+        if (!t->python_refused)
+            np_warn("pid %d (%s): %s", t->pid, t->comm, l->why_not);
+        t->python_refused = true;
+        return;
+    }
+    struct np_py_cfg cfg = l->bpf;
+    cfg.max_frames = (__u32)s->opt.python_depth;
+    __u32 key = (__u32)t->pid;
+    int err =
+        bpf_map__update_elem(s->skel->maps.py_procs, &key, sizeof(key), &cfg, sizeof(cfg), BPF_ANY);
+    if (!err && !(t->pycode = np_pycode_new(t->pid, l)))
+        err = -ENOMEM;
+    if (err) {
+        np_warn("pid %d (%s): no Python frames: %s", t->pid, t->comm, strerror(-err));
+        return;
+    }
+    t->python_walked = true;
+    np_info("pid %d (%s): Python %u.%u frames (offsets from %s)", t->pid, t->comm, t->python.major,
+            t->python.minor, l->from_debug_offsets ? "its _Py_DebugOffsets" : "the built-in table");
+}
+
+static void detect_python(struct session *s, struct np_target *t) {
+    np_target_detect_python(t);
+    enable_python(s, t);
+}
+
 /* A target mapped new code: refresh its symbols and probe what is new. */
 static void on_new_mapping(void *ctx, struct np_target *t, uint64_t ts_ns) {
     struct session *s = ctx;
@@ -120,7 +154,7 @@ static void on_new_mapping(void *ctx, struct np_target *t, uint64_t ts_ns) {
     int n = np_attach_from_maps(&s->attacher, t, ts_ns);
     if (!t->sym) /* the first load of a -- CMD child: it has exec'd since we forked it */
         np_target_refresh_identity(t);
-    np_target_detect_python(t);
+    detect_python(s, t);
     ensure_symbolizer(t);
     np_target_forget_stacks(t); /* addresses may name other functions now */
     if (t->hold_loads)
@@ -160,7 +194,7 @@ static int attach_pid(struct session *s, pid_t pid) {
         return n;
     }
     t->attached = true;
-    np_target_detect_python(t);
+    detect_python(s, t);
     if (np_target_probe_count(t) == 0) {
         if (s->opt.no_wait) {
             np_err("process %d (%s) has no CUDA or NCCL library loaded", pid, t->comm);
@@ -306,6 +340,10 @@ static void on_target_exit(struct session *s, size_t index) {
         return;
     t->exited = true;
     epoll_ctl(s->epfd, EPOLL_CTL_DEL, t->pidfd, NULL);
+    if (t->python_walked) { /* the pid may be reused by a process that is not this one */
+        __u32 key = (__u32)t->pid;
+        bpf_map__delete_elem(s->skel->maps.py_procs, &key, sizeof(key), 0);
+    }
     if (s->have_child && t->pid == s->child.pid && !s->child.reaped) {
         waitpid(t->pid, &s->child.status, 0);
         s->child.reaped = true;
@@ -556,6 +594,7 @@ int np_cmd_record(int argc, char **argv) {
         .ctx = &s,
         .fp_fallback = s.opt.unwind == UNWIND_AUTO,
         .inline_folded = s.opt.inline_frames,
+        .python_mode = s.opt.python,
     };
     if (s.opt.raw_dump && !(s.ingest.raw_dump = fopen(s.opt.raw_dump, "we"))) {
         np_err("cannot write --raw-dump %s: %s", s.opt.raw_dump, strerror(errno));

@@ -15,6 +15,7 @@
 #include "lib/hashmap.h"
 #include "lib/util.h"
 #include "ncclprobe/events.h"
+#include "symbolize/pycode.h"
 #include "symbolize/symbolize.h"
 #include "unwind/unwind.h"
 #include "writers/output.h"
@@ -40,169 +41,6 @@ static void count_probe(struct np_ingest *in, uint32_t id) {
         in->stats.per_probe_len = len;
     }
     in->stats.per_probe[id]++;
-}
-
-/* Appends one frame, root-first order being built leaf-last by the caller. */
-static void append_frame(struct np_str *out, const char *name) {
-    if (out->len)
-        np_str_append(out, ";");
-    np_str_append(out, name);
-}
-
-/* Writes a stack root first - the marker of an incomplete stack, then the
- * callers (return addresses), then the probed function (exact address) -
- * twice: the detailed text always names the functions inlined at a frame
- * (marked "[inlined]", where debug info exists), the folded text only with
- * --inline, so that stacks aggregate the same with or without debug info. */
-static void write_stack(struct np_target *t, const uint64_t *pcs, uint32_t n,
-                        const char *root_marker, const char *entry_name, bool inline_folded,
-                        struct np_stack_texts *out) {
-    np_str_reset(&out->folded);
-    np_str_reset(&out->detailed);
-    if (root_marker) {
-        append_frame(&out->folded, root_marker);
-        append_frame(&out->detailed, root_marker);
-    }
-    for (uint32_t i = n; i-- > 0;) {
-        const char *name;
-        const struct np_frame *f = NULL;
-        char raw[32];
-        if (i == 0 && entry_name) {
-            name = entry_name;
-        } else if (!t->sym) { /* the process was gone before its mappings could be read */
-            snprintf(raw, sizeof(raw), "[0x%" PRIx64 "]", pcs[i]);
-            name = raw;
-        } else if (!pcs[i]) {
-            continue;
-        } else {
-            f = np_symbolize(t->sym, pcs[i], i > 0);
-            name = f->name;
-        }
-        append_frame(&out->folded, name);
-        append_frame(&out->detailed, name);
-        if (f && f->inlined && i > 0) {
-            append_frame(&out->detailed, f->inlined);
-            if (inline_folded)
-                append_frame(&out->folded, f->inlined);
-        }
-    }
-}
-
-/* A PC sequence already written once: its texts, reused. Stacks repeat (a
- * serving loop launches the same few hundred call paths); this skips
- * symbolizing and joining the frames again. Bounded: past
- * STACK_CACHE_MAX entries the cache starts over. */
-#define STACK_CACHE_MAX 65536
-
-struct cached_stack { /* one allocation: the PCs, then the two texts */
-    const char *marker, *entry;
-    uint32_t n;
-    const char *folded, *detailed;
-    uint64_t pcs[];
-};
-
-static uint64_t stack_key(const uint64_t *pcs, uint32_t n, const char *marker, const char *entry) {
-    return np_hash_bytes(pcs, n * sizeof(*pcs)) ^ ((uintptr_t)marker * 31) ^
-           ((uintptr_t)entry * 131);
-}
-
-static void remember_stack(struct np_target *t, uint64_t key, const uint64_t *pcs, uint32_t n,
-                           const char *marker, const char *entry,
-                           const struct np_stack_texts *texts) {
-    if (t->stack_texts.count >= STACK_CACHE_MAX)
-        np_target_forget_stacks(t);
-    size_t flen = texts->folded.len + 1, dlen = texts->detailed.len + 1;
-    struct cached_stack *c = malloc(sizeof(*c) + n * sizeof(*pcs) + flen + dlen);
-    if (!c)
-        return;
-    char *folded = (char *)(c->pcs + n), *detailed = folded + flen;
-    memcpy(folded, np_str_cstr(&texts->folded), flen);
-    memcpy(detailed, np_str_cstr(&texts->detailed), dlen);
-    *c = (struct cached_stack){marker, entry, n, folded, detailed};
-    memcpy(c->pcs, pcs, n * sizeof(*pcs));
-    free(np_map_get_u64(&t->stack_texts, key)); /* a hash collision: the newer wins */
-    if (np_map_put_u64(&t->stack_texts, key, c) < 0)
-        free(c);
-}
-
-static void write_stack_cached(struct np_ingest *in, struct np_target *t, const uint64_t *pcs,
-                               uint32_t n, const char *marker, const char *entry,
-                               struct np_stack_texts *out) {
-    if (!t->sym) { /* raw addresses: symbols may still come */
-        write_stack(t, pcs, n, marker, entry, in->inline_folded, out);
-        return;
-    }
-    uint64_t key = stack_key(pcs, n, marker, entry);
-    struct cached_stack *c = np_map_get_u64(&t->stack_texts, key);
-    if (c && c->n == n && c->marker == marker && c->entry == entry &&
-        memcmp(c->pcs, pcs, n * sizeof(*pcs)) == 0) {
-        np_str_reset(&out->folded);
-        np_str_append(&out->folded, c->folded);
-        np_str_reset(&out->detailed);
-        np_str_append(&out->detailed, c->detailed);
-        return;
-    }
-    write_stack(t, pcs, n, marker, entry, in->inline_folded, out);
-    if (!out->folded.failed && !out->detailed.failed)
-        remember_stack(t, key, pcs, n, marker, entry, out);
-}
-
-/* Frame-pointer stacks: the kernel's chain, with the caller inserted when
- * the kernel (before Linux 6.12) left it out at a function entry. */
-static void fp_stack(struct np_ingest *in, struct np_target *t, const struct np_launch_event *e,
-                     const char *entry_name, struct np_stack_texts *out) {
-    const __u64 *ips = np_launch_ips(e);
-    uint32_t n = e->n_ips > NP_MAX_STACK ? NP_MAX_STACK : e->n_ips;
-    uint64_t pcs[NP_MAX_STACK + 1];
-    uint32_t m = 0;
-
-    if (n > 0)
-        pcs[m++] = ips[0];
-    if (e->ret_addr && (n < 2 || ips[1] != e->ret_addr))
-        pcs[m++] = e->ret_addr;
-    for (uint32_t i = 1; i < n; i++)
-        pcs[m++] = ips[i];
-    write_stack_cached(in, t, pcs, m, n == NP_MAX_STACK ? "[truncated]" : NULL, entry_name, out);
-}
-
-static void count_unwind(struct np_unwind_stats *st, const struct np_unwind_result *r) {
-    if (r->end == NP_UNWIND_COMPLETE)
-        st->complete++;
-    else if (r->end == NP_UNWIND_TRUNCATED)
-        st->truncated++;
-    else
-        st->unknown++;
-    st->fp_fallback_frames += r->fp_fallbacks;
-    if (r->end != NP_UNWIND_COMPLETE)
-        return;
-    int bucket = 0;
-    while (bucket + 1 < NP_UNWIND_BUCKETS && r->bytes_used > (256u << bucket))
-        bucket++;
-    st->bytes_needed[bucket]++;
-    if (r->bytes_used > st->max_bytes_needed)
-        st->max_bytes_needed = r->bytes_used;
-}
-
-void np_ingest_build_stack(struct np_ingest *in, struct np_target *t,
-                           const struct np_launch_event *e, const char *entry_name,
-                           struct np_stack_texts *out) {
-    if (!(e->flags & NP_LF_STACK_COPY)) {
-        fp_stack(in, t, e, entry_name, out);
-        return;
-    }
-    static struct np_unwind_result r; /* big; the daemon ingests on one thread */
-    if (e->stack_len == 0 || !t->unwinder) {
-        const uint64_t entry = np_launch_ips(e)[0];
-        write_stack(t, &entry, 1, "[unknown]", entry_name, in->inline_folded, out);
-        in->unwind.unknown++;
-        return;
-    }
-    np_unwind(t->unwinder, e, in->fp_fallback, &r);
-    count_unwind(&in->unwind, &r);
-    const char *marker = r.end == NP_UNWIND_COMPLETE    ? NULL
-                         : r.end == NP_UNWIND_TRUNCATED ? "[truncated]"
-                                                        : "[unknown]";
-    write_stack_cached(in, t, r.pcs, r.n, marker, entry_name, out);
 }
 
 /* The name of the kernel a launch runs, or a bracketed placeholder. */
@@ -274,14 +112,27 @@ static bool really_nested(struct np_ingest *in, struct np_target *t,
     return strcmp(caller->module_path, t->libs[outer->lib_index].path) == 0;
 }
 
+/* Reads the code objects of a Python stack not seen before, while they
+ * still exist: a script's module code lives until the script ends. */
+static void load_python_code(struct np_target *t, const struct np_launch_event *e) {
+    const struct np_py_frame *py = np_launch_py(e);
+    for (uint32_t i = 0; i < e->n_py; i++)
+        np_pycode_load(t->pycode, py[i].code);
+}
+
 static void handle_launch(struct np_ingest *in, const struct np_launch_event *e, size_t size) {
     if (size < NP_LAUNCH_FIXED_SIZE || e->n_ips > NP_MAX_STACK ||
         e->stack_len > NP_MAX_STACK_BYTES || ((e->flags & NP_LF_STACK_COPY) && e->n_ips < 1) ||
-        size < NP_LAUNCH_FIXED_SIZE + (size_t)e->n_ips * 8 + e->stack_len) {
+        size < NP_LAUNCH_FIXED_SIZE + (size_t)e->n_ips * 8 + e->stack_len ||
+        e->n_py > NP_PY_MAX_FRAMES ||
+        size < NP_LAUNCH_FIXED_SIZE + (size_t)np_launch_py_index(e->n_ips, e->stack_len) * 8 +
+                   (size_t)e->n_py * sizeof(struct np_py_frame)) {
         in->stats.malformed++;
         return;
     }
     struct np_target *t = in->find_target(in->ctx, (pid_t)e->hdr.pid);
+    if (t && t->pycode && (e->flags & NP_LF_PY_NEW))
+        load_python_code(t, e);             /* first: the code objects may not live long */
     if (t && !t->sym && in->on_new_mapping) /* first record of a process we started */
         in->on_new_mapping(in->ctx, t, e->hdr.ts_ns);
     /* Looked up only now: attaching (above) can grow the site array. */

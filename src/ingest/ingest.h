@@ -51,15 +51,20 @@ struct np_stack_texts {
     struct np_str folded, detailed;
 };
 
+/* --python: Python frames merged into the native stack at the eval loop,
+ * added beside the raw interpreter frames, or not walked at all. */
+enum np_python_mode { NP_PYTHON_MERGE = 0, NP_PYTHON_RAW, NP_PYTHON_OFF };
+
 struct np_ingest {
     struct np_attacher *attacher;
     struct np_output *out;
     struct np_target *(*find_target)(void *ctx, pid_t pid);
     void (*on_new_mapping)(void *ctx, struct np_target *t, uint64_t ts_ns);
     void *ctx;
-    long budget;                 /* records left before yielding; <= 0: no limit */
-    bool fp_fallback;            /* --unwind auto: follow frame pointers where CFI is missing */
-    bool inline_folded;          /* --inline: inlined frames in the folded outputs too */
+    long budget;        /* records left before yielding; <= 0: no limit */
+    bool fp_fallback;   /* --unwind auto: follow frame pointers where CFI is missing */
+    bool inline_folded; /* --inline: inlined frames in the folded outputs too */
+    enum np_python_mode python_mode;
     FILE *raw_dump;              /* --raw-dump: every record as received, "u32 size, bytes" */
     struct np_stack_texts stack; /* reused for each launch's stack */
     struct np_ingest_stats stats;

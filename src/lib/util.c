@@ -1,4 +1,5 @@
 /* util.c - logging, growable strings and parsing helpers (see util.h). */
+#define _GNU_SOURCE
 #include "lib/util.h"
 
 #include <errno.h>
@@ -6,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -200,4 +202,13 @@ int np_read_file(const char *path, char **out, size_t *out_len) {
     if (out_len)
         *out_len = len;
     return 0;
+}
+
+int np_read_process(int pid, uint64_t addr, void *buf, size_t len) {
+    struct iovec local = {.iov_base = buf, .iov_len = len};
+    struct iovec remote = {.iov_base = (void *)(uintptr_t)addr, .iov_len = len};
+    ssize_t n = process_vm_readv((pid_t)pid, &local, 1, &remote, 1, 0);
+    if (n < 0)
+        return -errno;
+    return (size_t)n == len ? 0 : -EFAULT;
 }

@@ -50,6 +50,10 @@ int np_parse_seconds(const char *text, double *out);
 /* Parses a decimal integer in [min, max]; -EINVAL / -ERANGE otherwise. */
 int np_parse_long(const char *text, long min, long max, long *out);
 
+/* Copies len bytes at addr in process pid (process_vm_readv): 0, or -EFAULT
+ * when not all of it is mapped, -ESRCH when the process is gone. */
+int np_read_process(int pid, uint64_t addr, void *buf, size_t len);
+
 /* Reads a whole small file (e.g. under /proc) into a NUL-terminated buffer. */
 int np_read_file(const char *path, char **out, size_t *out_len);
 

@@ -91,6 +91,13 @@ static cJSON *target_json(const struct np_target *t) {
         cJSON_AddBoolToObject(py, "free_threaded", t->python.free_threaded);
         snprintf(text, sizeof(text), "0x%" PRIx64, t->python.runtime_addr);
         add_text(py, "runtime_address", text);
+        /* "walked", "off" (--python off) or why they cannot be */
+        add_text(py, "frames",
+                 t->python_walked              ? "walked"
+                 : t->python.layout.why_not[0] ? t->python.layout.why_not
+                                               : "off");
+        add_text(py, "offsets_from",
+                 t->python.layout.from_debug_offsets ? "_Py_DebugOffsets" : "table");
     }
     cJSON *libs = cJSON_AddArrayToObject(o, "libraries");
     for (size_t i = 0; i < t->nlibs; i++) {
@@ -135,6 +142,10 @@ static cJSON *totals_json(const struct np_summary *s) {
     add_u64(o, "library_load_events", s->ingest->map_events);
     add_u64(o, "library_load_events_dropped", c[NP_CNT_MAP_DROPPED]);
     add_u64(o, "thunk_hits", c[NP_CNT_THUNK_HITS]);
+    add_u64(o, "python_walks", c[NP_CNT_PY_WALKS]);
+    add_u64(o, "python_threads_without_state", c[NP_CNT_PY_NO_THREAD]);
+    add_u64(o, "python_read_errors", c[NP_CNT_PY_ERRORS]);
+    add_u64(o, "python_truncated", c[NP_CNT_PY_TRUNCATED]);
     add_u64(o, "foreign_hits", c[NP_CNT_FOREIGN_HITS]);
     add_u64(o, "malformed_records", s->ingest->malformed);
     add_u64(o, "records_from_unknown_source", s->ingest->unknown_source);

@@ -1,0 +1,343 @@
+/* stack.c - a launch's stack as text (see np_ingest_build_stack in
+ * ingest.h): native frames from the frame-pointer chain or from DWARF
+ * unwinding, symbolized; Python frames from the BPF walker, named by their
+ * code objects and merged in where the interpreter ran them.
+ *
+ * Merging (--python=merge, the default): each C activation of the eval loop
+ * (_PyEval_EvalFrameDefault) ran one block of Python frames - one frame on
+ * 3.10, several on 3.11+ (BPF marks the last frame of each block). Walking
+ * the native stack from the leaf, the k-th eval-loop frame is replaced by
+ * the k-th block, and the interpreter's own call machinery between them
+ * (frames of the module that holds _PyRuntime) is dropped; what lies below
+ * the outermost Python frame (main, thread start) stays. --python=raw keeps
+ * every native frame and puts each block just above its eval-loop frame.
+ * Blocks left over (native unwinding stopped early) go at the root end. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attach/target.h"
+#include "ingest/ingest.h"
+#include "lib/hashmap.h"
+#include "lib/util.h"
+#include "ncclprobe/events.h"
+#include "symbolize/pycode.h"
+#include "symbolize/symbolize.h"
+#include "unwind/unwind.h"
+
+#define PY_TRUNCATED_MARKER "[python truncated]"
+
+/* What a stack is made of, before it becomes text. */
+struct stack_input {
+    const uint64_t *pcs; /* native, leaf first: pcs[0] is the probed function */
+    uint32_t n;
+    const char *root_marker;      /* "[truncated]" / "[unknown]" or NULL */
+    const char *entry_name;       /* replaces the probed function's name, or NULL */
+    const struct np_py_frame *py; /* leaf first */
+    uint32_t n_py;
+    bool py_truncated;
+};
+
+/* One frame of the output, leaf first. */
+enum item_kind { ITEM_NATIVE, ITEM_PYTHON, ITEM_MARKER };
+
+struct item {
+    enum item_kind kind;
+    uint32_t index;     /* into pcs[] or py[] */
+    const char *marker; /* ITEM_MARKER */
+};
+
+#define MAX_ITEMS (NP_UNWIND_MAX_FRAMES + NP_PY_MAX_FRAMES + 4)
+
+struct plan {
+    struct item items[MAX_ITEMS];
+    uint32_t n;
+};
+
+static void add_item(struct plan *p, enum item_kind kind, uint32_t index, const char *marker) {
+    if (p->n < MAX_ITEMS)
+        p->items[p->n++] = (struct item){kind, index, marker};
+}
+
+/* Python frames of block `b` starting at py index *next: up to and
+ * including the next frame marked NP_PYF_ENTRY. */
+static void add_py_block(struct plan *p, const struct stack_input *in, uint32_t *next) {
+    while (*next < in->n_py) {
+        uint32_t i = (*next)++;
+        add_item(p, ITEM_PYTHON, i, NULL);
+        if (in->py[i].flags & NP_PYF_ENTRY)
+            break;
+    }
+}
+
+static bool is_eval_loop(const struct np_frame *f) {
+    return strncmp(f->name, "_PyEval_EvalFrameDefault", 24) == 0;
+}
+
+static void plan_stack(struct np_target *t, const struct stack_input *in, enum np_python_mode mode,
+                       struct plan *p) {
+    p->n = 0;
+    bool python = in->n_py > 0 && mode != NP_PYTHON_OFF && t->sym;
+    int last_eval = -1;
+    if (python)
+        for (uint32_t i = 1; i < in->n; i++)
+            if (in->pcs[i] && is_eval_loop(np_symbolize(t->sym, in->pcs[i], true)))
+                last_eval = (int)i;
+
+    uint32_t next_py = 0;
+    bool marked = false;
+    for (uint32_t i = 0; i < in->n; i++) {
+        if (!python || i == 0 || !in->pcs[i]) {
+            add_item(p, ITEM_NATIVE, i, NULL);
+            continue;
+        }
+        const struct np_frame *f = np_symbolize(t->sym, in->pcs[i], true);
+        if (is_eval_loop(f)) {
+            bool have_block = next_py < in->n_py;
+            if (have_block) {
+                add_py_block(p, in, &next_py);
+            } else if (in->py_truncated && !marked) {
+                add_item(p, ITEM_MARKER, 0, PY_TRUNCATED_MARKER);
+                marked = true;
+            }
+            /* merged, the block (or the marker) stands for its eval-loop frame */
+            if (mode == NP_PYTHON_RAW || (!have_block && !in->py_truncated))
+                add_item(p, ITEM_NATIVE, i, NULL);
+            continue;
+        }
+        if (mode == NP_PYTHON_MERGE && (int)i < last_eval &&
+            strcmp(f->module_path, t->python.path) == 0)
+            continue; /* the interpreter's call machinery between Python frames */
+        add_item(p, ITEM_NATIVE, i, NULL);
+    }
+    if (in->root_marker)
+        add_item(p, ITEM_MARKER, 0, in->root_marker);
+    while (python && next_py < in->n_py)
+        add_py_block(p, in, &next_py);
+    if (python && in->py_truncated && !marked)
+        add_item(p, ITEM_MARKER, 0, PY_TRUNCATED_MARKER);
+}
+
+static void append_frame(struct np_str *out, const char *name) {
+    if (out->len)
+        np_str_append(out, ";");
+    np_str_append(out, name);
+}
+
+/* "qualname (file.py:LINE)": the short file name in the folded text, the
+ * full path in the detailed one. */
+static void append_python(struct np_target *t, const struct np_py_frame *f,
+                          struct np_stack_texts *out) {
+    struct np_py_location loc;
+    char name[1024], file[4096], text[5200];
+    int err = t->pycode ? np_pycode_locate(t->pycode, f->code, f->instr, &loc) : -ENOENT;
+    if (err || !loc.name) {
+        np_debug("pid %d: Python code object 0x%" PRIx64 ": %s", t->pid, (uint64_t)f->code,
+                 err ? strerror(-err) : "no name");
+        snprintf(text, sizeof(text), "[python code 0x%" PRIx64 "]", (uint64_t)f->code);
+        append_frame(&out->folded, text);
+        append_frame(&out->detailed, text);
+        return;
+    }
+    np_sanitize_frame(name, sizeof(name), loc.name, false);
+    for (int detailed = 0; detailed < 2; detailed++) {
+        const char *path = loc.filename ? loc.filename : "?";
+        np_sanitize_frame(file, sizeof(file), detailed ? path : np_py_short_filename(path), false);
+        if (loc.line >= 0)
+            snprintf(text, sizeof(text), "%s (%s:%d)", name, file, loc.line);
+        else
+            snprintf(text, sizeof(text), "%s (%s)", name, file);
+        append_frame(detailed ? &out->detailed : &out->folded, text);
+    }
+}
+
+static void append_native(struct np_target *t, const struct stack_input *in, uint32_t i,
+                          bool inline_folded, struct np_stack_texts *out) {
+    const struct np_frame *f = NULL;
+    const char *name;
+    char raw[32];
+    if (i == 0 && in->entry_name) {
+        name = in->entry_name;
+    } else if (!t->sym) { /* the process was gone before its mappings could be read */
+        snprintf(raw, sizeof(raw), "[0x%" PRIx64 "]", in->pcs[i]);
+        name = raw;
+    } else if (!in->pcs[i]) {
+        return;
+    } else {
+        f = np_symbolize(t->sym, in->pcs[i], i > 0);
+        name = f->name;
+    }
+    append_frame(&out->folded, name);
+    append_frame(&out->detailed, name);
+    if (f && f->inlined && i > 0) {
+        append_frame(&out->detailed, f->inlined);
+        if (inline_folded)
+            append_frame(&out->folded, f->inlined);
+    }
+}
+
+/* Writes the stack root first, twice: the detailed text always names the
+ * functions inlined at a frame (marked "[inlined]", where debug info
+ * exists), the folded text only with --inline, so that stacks aggregate the
+ * same with or without debug info. */
+static void write_stack(struct np_ingest *ing, struct np_target *t, const struct stack_input *in,
+                        struct np_stack_texts *out) {
+    static struct plan plan; /* big; the daemon ingests on one thread */
+    plan_stack(t, in, ing->python_mode, &plan);
+    np_str_reset(&out->folded);
+    np_str_reset(&out->detailed);
+    for (uint32_t k = plan.n; k-- > 0;) {
+        const struct item *it = &plan.items[k];
+        if (it->kind == ITEM_MARKER) {
+            append_frame(&out->folded, it->marker);
+            append_frame(&out->detailed, it->marker);
+        } else if (it->kind == ITEM_PYTHON) {
+            append_python(t, &in->py[it->index], out);
+        } else {
+            append_native(t, in, it->index, ing->inline_folded, out);
+        }
+    }
+}
+
+/* A stack already written once: its texts, reused. Stacks repeat (a
+ * serving loop launches the same few hundred call paths); this skips
+ * symbolizing and joining the frames again. The key is everything the text
+ * depends on: PCs, Python frames, markers. Bounded: past STACK_CACHE_MAX
+ * entries the cache starts over. */
+#define STACK_CACHE_MAX 65536
+
+struct cached_stack { /* one allocation: the key, then the two texts */
+    size_t key_len;
+    const char *folded, *detailed;
+    uint8_t key[];
+};
+
+/* Serializes in into buf (sized for the largest stack); returns its length. */
+static size_t stack_key(const struct stack_input *in, uint8_t *buf) {
+    size_t n = 0;
+    uintptr_t head[5] = {in->n, in->n_py, in->py_truncated, (uintptr_t)in->root_marker,
+                         (uintptr_t)in->entry_name};
+    memcpy(buf, head, sizeof(head));
+    n += sizeof(head);
+    memcpy(buf + n, in->pcs, in->n * sizeof(*in->pcs));
+    n += in->n * sizeof(*in->pcs);
+    if (in->n_py) {
+        memcpy(buf + n, in->py, in->n_py * sizeof(*in->py));
+        n += in->n_py * sizeof(*in->py);
+    }
+    return n;
+}
+
+#define MAX_KEY_BYTES                                                                              \
+    (5 * sizeof(uintptr_t) + NP_UNWIND_MAX_FRAMES * 8 +                                            \
+     NP_PY_MAX_FRAMES * sizeof(struct np_py_frame))
+
+static void remember_stack(struct np_target *t, uint64_t hash, const uint8_t *key, size_t key_len,
+                           const struct np_stack_texts *texts) {
+    if (t->stack_texts.count >= STACK_CACHE_MAX)
+        np_target_forget_stacks(t);
+    size_t flen = texts->folded.len + 1, dlen = texts->detailed.len + 1;
+    struct cached_stack *c = malloc(sizeof(*c) + key_len + flen + dlen);
+    if (!c)
+        return;
+    char *folded = (char *)c->key + key_len, *detailed = folded + flen;
+    memcpy(folded, np_str_cstr(&texts->folded), flen);
+    memcpy(detailed, np_str_cstr(&texts->detailed), dlen);
+    c->key_len = key_len;
+    c->folded = folded;
+    c->detailed = detailed;
+    memcpy(c->key, key, key_len);
+    free(np_map_get_u64(&t->stack_texts, hash)); /* a hash collision: the newer wins */
+    if (np_map_put_u64(&t->stack_texts, hash, c) < 0)
+        free(c);
+}
+
+static void write_stack_cached(struct np_ingest *ing, struct np_target *t,
+                               const struct stack_input *in, struct np_stack_texts *out) {
+    static uint8_t key[MAX_KEY_BYTES];
+    if (!t->sym) { /* raw addresses: symbols may still come */
+        write_stack(ing, t, in, out);
+        return;
+    }
+    size_t key_len = stack_key(in, key);
+    uint64_t hash = np_hash_bytes(key, key_len);
+    struct cached_stack *c = np_map_get_u64(&t->stack_texts, hash);
+    if (c && c->key_len == key_len && memcmp(c->key, key, key_len) == 0) {
+        np_str_reset(&out->folded);
+        np_str_append(&out->folded, c->folded);
+        np_str_reset(&out->detailed);
+        np_str_append(&out->detailed, c->detailed);
+        return;
+    }
+    write_stack(ing, t, in, out);
+    if (!out->folded.failed && !out->detailed.failed)
+        remember_stack(t, hash, key, key_len, out);
+}
+
+static void count_unwind(struct np_unwind_stats *st, const struct np_unwind_result *r) {
+    if (r->end == NP_UNWIND_COMPLETE)
+        st->complete++;
+    else if (r->end == NP_UNWIND_TRUNCATED)
+        st->truncated++;
+    else
+        st->unknown++;
+    st->fp_fallback_frames += r->fp_fallbacks;
+    if (r->end != NP_UNWIND_COMPLETE)
+        return;
+    int bucket = 0;
+    while (bucket + 1 < NP_UNWIND_BUCKETS && r->bytes_used > (256u << bucket))
+        bucket++;
+    st->bytes_needed[bucket]++;
+    if (r->bytes_used > st->max_bytes_needed)
+        st->max_bytes_needed = r->bytes_used;
+}
+
+void np_ingest_build_stack(struct np_ingest *ing, struct np_target *t,
+                           const struct np_launch_event *e, const char *entry_name,
+                           struct np_stack_texts *out) {
+    struct stack_input in = {.entry_name = entry_name};
+    if (e->flags & NP_LF_PY) {
+        in.py = np_launch_py(e);
+        in.n_py = e->n_py;
+        in.py_truncated = (e->flags & NP_LF_PY_TRUNCATED) != 0;
+    }
+    const uint64_t *ips = (const uint64_t *)np_launch_ips(e);
+
+    if (!(e->flags & NP_LF_STACK_COPY)) {
+        /* frame pointers: the kernel's chain, with the caller inserted when
+         * the kernel (before Linux 6.12) left it out at a function entry */
+        static uint64_t pcs[NP_MAX_STACK + 1];
+        uint32_t n = e->n_ips > NP_MAX_STACK ? NP_MAX_STACK : e->n_ips, m = 0;
+        if (n > 0)
+            pcs[m++] = ips[0];
+        if (e->ret_addr && (n < 2 || ips[1] != e->ret_addr))
+            pcs[m++] = e->ret_addr;
+        for (uint32_t i = 1; i < n; i++)
+            pcs[m++] = ips[i];
+        in.pcs = pcs;
+        in.n = m;
+        in.root_marker = n == NP_MAX_STACK ? "[truncated]" : NULL;
+        write_stack_cached(ing, t, &in, out);
+        return;
+    }
+    static struct np_unwind_result r; /* big; the daemon ingests on one thread */
+    if (e->stack_len == 0 || !t->unwinder) {
+        in.pcs = ips;
+        in.n = 1;
+        in.root_marker = "[unknown]";
+        write_stack(ing, t, &in, out);
+        ing->unwind.unknown++;
+        return;
+    }
+    np_unwind(t->unwinder, e, ing->fp_fallback, &r);
+    count_unwind(&ing->unwind, &r);
+    in.pcs = r.pcs;
+    in.n = r.n;
+    in.root_marker = r.end == NP_UNWIND_COMPLETE    ? NULL
+                     : r.end == NP_UNWIND_TRUNCATED ? "[truncated]"
+                                                    : "[unknown]";
+    write_stack_cached(ing, t, &in, out);
+}
