@@ -71,13 +71,17 @@ UNIT_SRCS := $(filter-out src/cli/main.c,$(SRCS))
 $(BUILD)/unit_tests: tests/unit/unit_tests.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o)
 	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
 
+# Checks the CPython line-table decoders against the interpreters (tests/test_pylines.py).
+$(BUILD)/pyline_check: tests/progs/pyline_check.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o)
+	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
+
 $(BUILD)/unwind_bench: bench/unwind_bench.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o)
 	$(CC) $(CFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
 
 test-unit: $(BUILD)/unit_tests
 	$(BUILD)/unit_tests
 
-test-e2e: $(BUILD)/ncclprobe $(BUILD)/progs/.built $(BUILD)/demo/.built
+test-e2e: $(BUILD)/ncclprobe $(BUILD)/progs/.built $(BUILD)/demo/.built $(BUILD)/pyline_check
 	NCCLPROBE_BUILD=$(abspath $(BUILD)) $(PYTHON) -m pytest -q -rs tests/
 
 # Unit and end-to-end tests, on the normal build and again on the

@@ -23,6 +23,8 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
+#define NP_SIGSTOP 19 /* holds a process ncclprobe started until user space caught up */
+
 /* Set by user space before load. */
 const volatile __u64 wakeup_bytes = 256 * 1024; /* wake the reader past this backlog */
 const volatile __u32 stack_bytes = 0; /* user stack to copy for DWARF unwinding; 0: fp stacks */
@@ -497,6 +499,11 @@ static __always_inline void capture_python(struct np_launch_event *e, const stru
     if (w.n && !bpf_map_lookup_elem(&py_seen_stacks, &key)) {
         bpf_map_update_elem(&py_seen_stacks, &key, &one, BPF_ANY);
         e->flags |= NP_LF_PY_NEW;
+        /* While this thread is in the launch its frames (and their code
+         * objects) live; a script may free them right after. A process
+         * ncclprobe started waits, stopped, until they are read. */
+        if (cfg->hold)
+            bpf_send_signal(NP_SIGSTOP);
     }
 }
 
@@ -602,8 +609,6 @@ static __always_inline void remember_handle_call(struct pt_regs *ctx,
 /* The dynamic loader calls _dl_debug_state (its r_brk, the debugger hook)
  * inside dlopen once the new objects are mapped, before their constructors
  * run and before dlopen returns: wake user space now to probe them. */
-#define NP_SIGSTOP 19
-
 static __always_inline void report_loader_change(__u64 pid_tgid, const struct np_probe_cfg *cfg) {
     struct np_map_event m = {};
     fill_header(&m.hdr, NP_EV_MAP, sizeof(m), pid_tgid);

@@ -51,7 +51,8 @@ enum np_probe_role {
     NP_ROLE_API = 3,           /* an API call that is not itself a launch (NCCL collectives) */
     NP_ROLE_HANDLE_ENTRY = 4,  /* entry of a call that produces a kernel handle */
     NP_ROLE_HANDLE_RETURN = 5, /* its return (uretprobe): emits np_handle_event */
-    NP_ROLE_LOADER = 6         /* the dynamic loader's r_brk: a library was loaded */
+    NP_ROLE_LOADER = 6         /* the dynamic loader's r_brk (a library was loaded) or CPython's
+                                  Py_FinalizeEx: user space catches up before a held process goes on */
 };
 
 /* How a handle producer names its handle (enum np_probe_cfg.src_kind). */
@@ -128,6 +129,9 @@ struct np_py_cfg {
     __u8 legacy_frames;     /* 3.10: PyFrameObject chain, instruction = f_lasti */
     __u8 owner_shim;        /* owner values >= this are C-stack shims: skipped */
     __u16 frame_read;       /* bytes read per frame, <= NP_PY_FRAME_READ */
+    __u8 hold;              /* a process ncclprobe started: stopped at a new stack until
+                               user space has read its code objects (see NP_LF_PY_NEW) */
+    __u8 pad[3];
 };
 
 struct np_launch_event {

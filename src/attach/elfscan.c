@@ -54,8 +54,8 @@ static const struct np_map *wanted_names(void) {
 /* Cheap test before walking a symbol table: does its string table mention
  * anything we probe? Most libraries of a Python process do not. */
 static int strtab_may_match(Elf_Data *strs) {
-    static const char *const needles[] = {"Launch", "nccl", "GetKernel", "GetFunc",
-                                          "_dl_debug_state"};
+    static const char *const needles[] = {"Launch",          "nccl",         "GetKernel", "GetFunc",
+                                          "_dl_debug_state", "Py_FinalizeEx"};
     for (size_t i = 0; i < sizeof(needles) / sizeof(needles[0]); i++)
         if (memmem(strs->d_buf, strs->d_size, needles[i], strlen(needles[i])))
             return 1;

@@ -56,6 +56,11 @@ static const struct np_probe_def defs[] = {
     HANDLE("cuKernelGetFunction", NP_FAMILY_DRIVER, 0, 1, NP_SRC_HANDLE),
     /* glibc's r_brk: dlopen mapped new objects (libraries loaded late) */
     {"_dl_debug_state", "dlopen", NP_FAMILY_LOADER, NP_ROLE_LOADER, NP_LAYOUT_NONE, -1, 0, 0, 0, 0},
+    /* CPython is about to free its modules (and their code objects): a
+     * process ncclprobe started waits there, like at a load, until every
+     * launch before it is read - Python frames name live code objects */
+    {"Py_FinalizeEx", "python-finalize", NP_FAMILY_LOADER, NP_ROLE_LOADER, NP_LAYOUT_NONE, -1, 0, 0,
+     0, 0},
 };
 
 const struct np_probe_def *np_probe_defs(size_t *count) {

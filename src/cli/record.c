@@ -123,6 +123,7 @@ static void enable_python(struct session *s, struct np_target *t) {
     }
     struct np_py_cfg cfg = l->bpf;
     cfg.max_frames = (__u32)s->opt.python_depth;
+    cfg.hold = t->hold_loads;
     __u32 key = (__u32)t->pid;
     int err =
         bpf_map__update_elem(s->skel->maps.py_procs, &key, sizeof(key), &cfg, sizeof(cfg), BPF_ANY);
@@ -158,7 +159,7 @@ static void on_new_mapping(void *ctx, struct np_target *t, uint64_t ts_ns) {
     ensure_symbolizer(t);
     np_target_forget_stacks(t); /* addresses may name other functions now */
     if (t->hold_loads)
-        kill(t->pid, SIGCONT); /* held at the load (BPF stopped it): probes are in place */
+        np_continue_stopped(t->pid, 20); /* held at the load by BPF: probes are in place */
     if (n > 0)
         np_info("pid %d (%s): %d more probes attached after a library was loaded", t->pid, t->comm,
                 n);
@@ -223,6 +224,8 @@ static int start_command(struct session *s) {
     /* Probe the executable and every library the loader will map before
      * the program runs: its first launch is captured. */
     err = np_attach_file(&s->attacher, t, s->child.path);
+    if (err > 0) /* probes in the executable itself (static cudart, static CPython) */
+        err = 0;
     char **libs = NULL;
     int n = np_child_needed_libraries(s->child.path, &libs);
     for (int i = 0; !err && i < n; i++) {

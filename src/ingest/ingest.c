@@ -131,8 +131,11 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
         return;
     }
     struct np_target *t = in->find_target(in->ctx, (pid_t)e->hdr.pid);
-    if (t && t->pycode && (e->flags & NP_LF_PY_NEW))
-        load_python_code(t, e);             /* first: the code objects may not live long */
+    if (t && t->pycode && (e->flags & NP_LF_PY_NEW)) {
+        load_python_code(t, e); /* first: the code objects may not live long */
+        if (t->hold_loads)      /* BPF stopped a process we started until they were read */
+            np_continue_stopped(t->pid, 20);
+    }
     if (t && !t->sym && in->on_new_mapping) /* first record of a process we started */
         in->on_new_mapping(in->ctx, t, e->hdr.ts_ns);
     /* Looked up only now: attaching (above) can grow the site array. */

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,4 +212,25 @@ int np_read_process(int pid, uint64_t addr, void *buf, size_t len) {
     if (n < 0)
         return -errno;
     return (size_t)n == len ? 0 : -EFAULT;
+}
+
+/* 'T' (stopped) or 't' (stopped, traced: we hold our child with ptrace) */
+static bool process_stopped(int pid) {
+    char path[64], *text = NULL;
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    if (np_read_file(path, &text, NULL) != 0)
+        return true; /* gone: nothing to wait for */
+    const char *paren = strrchr(text, ')');
+    bool stopped = !paren || paren[1] == '\0' || paren[2] == 'T' || paren[2] == 't';
+    free(text);
+    return stopped;
+}
+
+void np_continue_stopped(int pid, int timeout_ms) {
+    uint64_t deadline = np_monotonic_ns() + (uint64_t)timeout_ms * 1000000u;
+    while (!process_stopped(pid) && np_monotonic_ns() < deadline) {
+        struct timespec pause = {0, 50000};
+        nanosleep(&pause, NULL);
+    }
+    kill(pid, SIGCONT);
 }

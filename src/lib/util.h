@@ -54,6 +54,12 @@ int np_parse_long(const char *text, long min, long max, long *out);
  * when not all of it is mapped, -ESRCH when the process is gone. */
 int np_read_process(int pid, uint64_t addr, void *buf, size_t len);
 
+/* Continues a process that BPF stopped (bpf_send_signal(SIGSTOP)). From a
+ * uprobe the kernel may deliver that signal a little later (irq_work):
+ * wait, at most timeout_ms, for the process to be stopped first, so that
+ * the stop does not arrive after the SIGCONT and hold it for good. */
+void np_continue_stopped(int pid, int timeout_ms);
+
 /* Reads a whole small file (e.g. under /proc) into a NUL-terminated buffer. */
 int np_read_file(const char *path, char **out, size_t *out_len);
 

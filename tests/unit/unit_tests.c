@@ -1,6 +1,7 @@
 /* unit_tests.c - unit tests for the pieces of ncclprobe that need no BPF:
  * demangling, thunk decoding, /proc/PID/maps parsing, frame and JSON
- * escaping, argument decoding and the writers (hostile names included).
+ * escaping, argument decoding, Python file names and the writers (hostile
+ * names included).
  * Prints "N passed, N failed" and exits non-zero on any failure. */
 #include <errno.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include "ingest/launch.h"
 #include "lib/hashmap.h"
 #include "lib/util.h"
+#include "symbolize/pycode.h"
 #include "symbolize/symbolize.h"
 #include "writers/json.h"
 #include "writers/output.h"
@@ -255,6 +257,24 @@ static void test_parse(void) {
     CHECK(np_parse_long("4x", 1, 100, &v) == -EINVAL);
 }
 
+/* Folded stacks show the path below site-packages, dist-packages or
+ * lib/pythonX.Y, else the base name (pycode.h). */
+static void test_py_short_filename(void) {
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"/usr/lib/python3/dist-packages/torch/nn/modules/module.py", "torch/nn/modules/module.py"},
+        {"/root/.pyenv/versions/3.12.1/lib/python3.12/threading.py", "threading.py"},
+        {"/usr/lib/python3.11/asyncio/events.py", "asyncio/events.py"},
+        {"/root/.pyenv/versions/3.12.1/lib/python3.12/site-packages/numpy/core/numeric.py",
+         "numpy/core/numeric.py"},
+        {"/tmp/x/server.py", "server.py"},
+        {"server.py", "server.py"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        check_str(np_py_short_filename(cases[i].in), cases[i].out, cases[i].in);
+}
+
 int main(void) {
     test_demangle();
     test_thunk();
@@ -265,6 +285,7 @@ int main(void) {
     test_decode();
     test_writers();
     test_parse();
+    test_py_short_filename();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
