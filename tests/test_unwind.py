@@ -349,7 +349,8 @@ def test_gdb_oracle_sees_the_python_interpreter(python_oracle):
 @pytest.mark.parametrize("mode", ["auto", "dwarf"])
 def test_python311_native_stack_matches_gdb(tmp_path, python_oracle, mode):
     want, _ = python_oracle
-    args = [] if mode == "auto" else ["--unwind", mode]
+    # the native stack as gdb sees it: Python frames (tested in test_python_frames.py) off
+    args = ["--python", "off"] + ([] if mode == "auto" else ["--unwind", mode])
     rec = record(tmp_path, [*args, "--", PYTHON311, PY_SCRIPT, "3"],
                  env={"CUDART_PATH": PROGS_ENV["CUDART_PATH"]})
     assert rec.returncode == 0, rec.stderr
