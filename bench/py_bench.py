@@ -179,6 +179,11 @@ def run_bpftrace(args, py, depth):
             bt.send(signal.SIGTERM)
         bt.stop(signal.SIGTERM, 60)
         res["seen"] = sum(int(n) for n in re.findall(r"^\]: (\d+)$", bt.text(), re.M))
+        # Frames per ustack (weighted by count): how far bpftrace's frame-pointer walk got.
+        res["bt_frames"] = {}
+        for body, n in re.findall(r"^@\[\n(.*?)\n\]: (\d+)$", bt.text(), re.M | re.S):
+            k = len([x for x in body.splitlines() if x.strip()])
+            res["bt_frames"][k] = res["bt_frames"].get(k, 0) + int(n)
         return res
     finally:
         for p, sig in ((bt, signal.SIGTERM), (wl, signal.SIGKILL)):
@@ -292,7 +297,13 @@ def analyse(args, runs):
             rs = runs[(c, d)]
             ck = {"made": [x["made"] for x in rs], "seen": [x.get("seen") for x in rs],
                   "retries": sum(x.get("retries", 0) for x in rs)}
-            if c != "bpftrace":
+            if c == "bpftrace":
+                frames = {}
+                for x in rs:
+                    for n, k in x.get("bt_frames", {}).items():
+                        frames[n] = frames.get(n, 0) + k
+                ck["bt_frames"] = frames
+            else:
                 tot = [x["totals"] for x in rs]
                 ck["dropped"] = [t["events_dropped"] for t in tot]
                 ck["walks"] = [t.get("python_walks") for t in tot]
@@ -451,7 +462,8 @@ def report_python(args, py, version, runs, st):
         if k["retries"]:
             seen += f" ({k['retries']} runs repeated)"
         if c == "bpftrace":
-            L.append(f"| {CONDITIONS[c][0]} | {d} | {seen} | - | - | - | - | - | - | - |")
+            L.append(f"| {CONDITIONS[c][0]} | {d} | {seen} | - | - | - | - | - "
+                     f"| 0 (native frames per ustack: {fmt_frames(k['bt_frames'])}) | - |")
             continue
         L.append(f"| {CONDITIONS[c][0]} | {d} | {seen} | {lst(k['dropped'])} "
                  f"| {lst(k['walks'])} | {lst(k['truncated'])} | {lst(k['errors'])} "
@@ -495,6 +507,8 @@ def report_head(args):
              "bpftrace attaches with `-p` to the waiting workload. bpftrace's `ustack` is a "
              "frame-pointer walk of native frames only (no Python frames): it is a peer of "
              "`--python off`, not of the Python walker.")
+    if args.note:
+        L.append(f"- note: {args.note}")
     L.append(f"- load average (1 min) at the start / end: {args.load[0]:.2f} / "
              f"{os.getloadavg()[0]:.2f} (other work on the machine adds noise)")
     L.append("")
@@ -521,7 +535,7 @@ def main():
     ap.add_argument("--pythons", default=DEFAULT_PYTHONS,
                     help="comma-separated interpreters, each benchmarked in turn")
     ap.add_argument("--depths", default="10,50,200")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--iters", type=int, default=20000)
     ap.add_argument("--warmup", type=int, default=3000)
     ap.add_argument("--settle", type=float, default=0.1,
@@ -530,6 +544,8 @@ def main():
                     help="libcuda.so.1 the workload loads first (the toolkit's stub)")
     ap.add_argument("--no-bpftrace", dest="bpftrace", action="store_false")
     ap.add_argument("--timeout", type=float, default=120.0, help="per run, seconds")
+    ap.add_argument("--note", default=os.environ.get("BENCH_PY_NOTE"),
+                    help="a line for the report's header (default $BENCH_PY_NOTE)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
@@ -552,7 +568,11 @@ def main():
             sys.exit(f"py_bench.py: no interpreter {py}")
 
     args.ncclprobe_src = os.path.abspath(os.path.join(args.build, "ncclprobe"))
-    args.revision = bench.source_revision(os.path.dirname(here))
+    # The revision of the checkout BUILD is in (not necessarily this script's).
+    src_dir = os.path.dirname(os.path.dirname(args.ncclprobe_src))
+    args.revision = bench.source_revision(src_dir)
+    if args.revision == "unknown revision":
+        args.revision = f"{src_dir}, not a git checkout"
     snapdir = tempfile.mkdtemp(prefix="ncclprobe-pybench-bin-")
     args.ncclprobe = shutil.copy2(args.ncclprobe_src, os.path.join(snapdir, "ncclprobe"))
 

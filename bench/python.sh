@@ -8,14 +8,15 @@
 # `@[ustack] = count()`, at depths 10, 50 and 200, interleaved rounds, per interpreter.
 # Prints the results and writes them to bench/results-python.md. Needs root, bpftool,
 # bpftrace (BENCH_PY_ARGS=--no-bpftrace leaves it out), the CUDA toolkit's
-# /usr/local/cuda/lib64/libcudart.so.13 and the interpreters. About 5 minutes on a
+# /usr/local/cuda/lib64/libcudart.so.13 and the interpreters. About 3-5 minutes on a
 # 2-core machine with the defaults.
 #
 # Environment overrides: BENCH_PYTHONS (comma-separated interpreters, each benchmarked in
-# turn; default pyenv's 3.12.1, then 3.10.13), BENCH_PY_ROUNDS (5), BENCH_PY_ITERS (20000
+# turn; default pyenv's 3.12.1, then 3.10.13), BENCH_PY_ROUNDS (7), BENCH_PY_ITERS (20000
 # timed launches per run), BENCH_PY_WARMUP (3000 untimed launches), BENCH_PY_SETTLE (0.1:
 # untimed launches go on until this many seconds after the first), BENCH_PY_DEPTHS
-# (10,50,200), BENCH_PY_ARGS (more py_bench.py options, e.g. --no-bpftrace).
+# (10,50,200), BENCH_PY_NOTE (a line for the report header), BENCH_PY_ARGS (more
+# py_bench.py options, e.g. --no-bpftrace).
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -39,7 +40,7 @@ LIBCUDA=()
 
 # shellcheck disable=SC2086
 exec "$PYTHON" "$HERE/py_bench.py" --build "$BUILD" --pythons "$PYTHONS" \
-    --rounds "${BENCH_PY_ROUNDS:-5}" --iters "${BENCH_PY_ITERS:-20000}" \
+    --rounds "${BENCH_PY_ROUNDS:-7}" --iters "${BENCH_PY_ITERS:-20000}" \
     --warmup "${BENCH_PY_WARMUP:-3000}" --settle "${BENCH_PY_SETTLE:-0.1}" \
     --depths "${BENCH_PY_DEPTHS:-10,50,200}" \
     "${LIBCUDA[@]}" --out "$HERE/results-python.md" ${BENCH_PY_ARGS:-}
