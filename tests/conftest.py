@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -50,6 +51,15 @@ needs_bpf = pytest.mark.skipif(bpf_unavailable_reason() is not None,
 needs_real_cudart = pytest.mark.skipif(
     PROGS_ENV.get("CUDA_STANDIN", "1") != "0",
     reason="no CUDA toolkit: workloads use the stand-in libcudart")
+
+
+def interpreters():
+    """Every CPython to test Python stacks on: pyenv's (shared libpython)
+    and Debian's static python3.11; the running one if neither exists."""
+    found = sorted(str(p) for p in Path("/root/.pyenv/versions").glob("3.1[0-9]*/bin/python3.1?"))
+    if Path("/usr/bin/python3.11").exists():
+        found.append("/usr/bin/python3.11")
+    return found or [sys.executable]
 
 
 class Recording:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import NCCLPROBE, PROGS, Attached, Workload, needs_bpf, run_ncclprobe
+from conftest import PROGS, Attached, Workload, needs_bpf, run_ncclprobe
 
 USAGE, FAILURE = 2, 1
 

@@ -11,12 +11,10 @@ no root: this runs anywhere the build is."""
 
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import BUILD
+from conftest import BUILD, interpreters
 
 PYLINE_CHECK = BUILD / "pyline_check"
 
@@ -146,13 +144,6 @@ stats["tricky"] = tricky
 stats["version"] = "%d.%d.%d" % sys.version_info[:3]
 sys.stderr.write(json.dumps(stats) + "\n")
 '''
-
-
-def interpreters():
-    found = sorted(str(p) for p in Path("/root/.pyenv/versions").glob("3.1[0-9]*/bin/python3.1?"))
-    if Path("/usr/bin/python3.11").exists():
-        found.append("/usr/bin/python3.11")
-    return found or [sys.executable]
 
 
 @pytest.mark.skipif(not PYLINE_CHECK.exists(),

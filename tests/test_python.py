@@ -3,12 +3,11 @@ interpreter here, shared (pyenv) and static (Debian), ncclprobe finds the
 file holding `_PyRuntime`, its version, and its address in the process. The
 interpreter reports the truth itself, through ctypes."""
 
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import Attached, Workload, needs_bpf
+from conftest import Attached, interpreters, needs_bpf, Workload
 
 pytestmark = needs_bpf
 
@@ -23,13 +22,6 @@ print("ready", os.getpid(), flush=True)
 print("runtime", hex(addr), "%d.%d.%d" % sys.version_info[:3], int(shared), flush=True)
 signal.sigwait({signal.SIGUSR1})
 """
-
-
-def interpreters():
-    found = sorted(str(p) for p in Path("/root/.pyenv/versions").glob("3.1[0-9]*/bin/python3.1?"))
-    if Path("/usr/bin/python3.11").exists():
-        found.append("/usr/bin/python3.11")
-    return found or [sys.executable]
 
 
 @pytest.mark.parametrize("python", interpreters())

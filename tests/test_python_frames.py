@@ -14,25 +14,17 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import NCCLPROBE, REPO, Attached, needs_bpf, needs_real_cudart, record
+from conftest import Attached, interpreters, NCCLPROBE, needs_bpf, needs_real_cudart, record, REPO
 
 pytestmark = [needs_bpf, needs_real_cudart]
 
 SCRIPT = REPO / "tests" / "progs" / "py_stacks.py"
 PY_FRAME = re.compile(r"^(.+) \((.+?)(?::(-?\d+))?\)$")
 EVAL_LOOP = "_PyEval_EvalFrameDefault"
-
-
-def interpreters():
-    found = sorted(str(p) for p in Path("/root/.pyenv/versions").glob("3.1[0-9]*/bin/python3.1?"))
-    if Path("/usr/bin/python3.11").exists():
-        found.append("/usr/bin/python3.11")
-    return found or [sys.executable]
 
 
 def script_copy(tmp_path):
