@@ -470,7 +470,7 @@ static long frame_walk_step(__u32 i, void *ctx) {
 
 /* Appends the thread's Python frames to e at data word `base`. */
 static __always_inline void capture_python(struct np_launch_event *e, const struct np_py_cfg *cfg,
-                                           __u32 tid, __u32 base) {
+                                           __u32 pid, __u32 tid, __u32 base) {
     __u32 zero = 0;
     struct py_frame_buf *buf = bpf_map_lookup_elem(&py_frame_scratch, &zero);
     if (!buf)
@@ -494,7 +494,7 @@ static __always_inline void capture_python(struct np_launch_event *e, const stru
         count(NP_CNT_PY_ERRORS);
     if (w.flags & NP_LF_PY_TRUNCATED)
         count(NP_CNT_PY_TRUNCATED);
-    struct py_stack_key key = {.pid = e->hdr.pid, .hash = w.hash};
+    struct py_stack_key key = {.pid = pid, .hash = w.hash};
     __u8 one = 1;
     if (w.n && !bpf_map_lookup_elem(&py_seen_stacks, &key)) {
         bpf_map_update_elem(&py_seen_stacks, &key, &one, BPF_ANY);
@@ -559,8 +559,7 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
     struct np_py_cfg *py = bpf_map_lookup_elem(&py_procs, &pid);
     if (py) {
         __u32 base = np_launch_py_index(n, copied);
-        e->hdr.pid = pid; /* the walker keys what it has seen by it */
-        capture_python(e, py, tid, base);
+        capture_python(e, py, pid, tid, base);
         size = NP_LAUNCH_FIXED_SIZE + base * sizeof(__u64) + e->n_py * sizeof(struct np_py_frame);
     }
     if (size > sizeof(*e))

@@ -174,39 +174,59 @@ static void read_build_id(Elf *elf, struct np_elf_scan *out) {
         snprintf(out->build_id + 2 * i, 3, "%02x", ((const uint8_t *)id)[i]);
 }
 
-int np_elf_read_symbol(int fd, const char *name, uint64_t *vaddr, void *buf, size_t len) {
+static struct np_elf_symbol_query *find_query(struct np_elf_symbol_query *q, size_t n,
+                                              const char *name) {
+    for (size_t i = 0; i < n; i++)
+        if (q[i].err == -ENOENT && strcmp(q[i].name, name) == 0)
+            return &q[i];
+    return NULL;
+}
+
+int np_elf_read_symbols(int fd, struct np_elf_symbol_query *q, size_t n) {
     elf_version(EV_CURRENT);
     Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
-    int err = -ENOENT;
     if (!elf)
         return -EINVAL;
-    for (Elf_Scn *scn = NULL; err == -ENOENT && (scn = elf_nextscn(elf, scn)) != NULL;) {
+    size_t missing = n, size = 0;
+    for (size_t i = 0; i < n; i++)
+        q[i].err = -ENOENT;
+    const char *image = elf_rawfile(elf, &size);
+    for (Elf_Scn *scn = NULL; missing && (scn = elf_nextscn(elf, scn)) != NULL;) {
         GElf_Shdr sh;
         Elf_Data *syms = elf_getdata(scn, NULL);
         if (!gelf_getshdr(scn, &sh) || !syms || sh.sh_entsize == 0 ||
             (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM))
             continue;
-        for (size_t i = 0; i < sh.sh_size / sh.sh_entsize; i++) {
+        for (size_t i = 0; missing && i < sh.sh_size / sh.sh_entsize; i++) {
             GElf_Sym sym;
             const char *sname;
+            struct np_elf_symbol_query *hit;
             if (!gelf_getsym(syms, (int)i, &sym) || sym.st_shndx == SHN_UNDEF ||
-                !(sname = elf_strptr(elf, sh.sh_link, sym.st_name)) || strcmp(sname, name) != 0)
+                !(sname = elf_strptr(elf, sh.sh_link, sym.st_name)) ||
+                !(hit = find_query(q, n, sname)))
                 continue;
-            *vaddr = sym.st_value;
-            err = 0;
-            size_t size;
+            missing--;
+            hit->vaddr = sym.st_value;
+            hit->err = 0;
             uint64_t offset;
-            const char *image = elf_rawfile(elf, &size);
-            if (len && (!image || vaddr_to_offset(elf, sym.st_value, &offset) < 0 ||
-                        offset > size || size - offset < len))
-                err = -ERANGE;
-            else if (len)
-                memcpy(buf, image + offset, len);
-            break;
+            if (hit->len && (!image || vaddr_to_offset(elf, sym.st_value, &offset) < 0 ||
+                             offset > size || size - offset < hit->len))
+                hit->err = -ERANGE;
+            else if (hit->len)
+                memcpy(hit->buf, image + offset, hit->len);
         }
     }
     elf_end(elf);
-    return err;
+    return 0;
+}
+
+int np_elf_read_symbol(int fd, const char *name, uint64_t *vaddr, void *buf, size_t len) {
+    struct np_elf_symbol_query q = {.name = name, .buf = buf, .len = len};
+    int err = np_elf_read_symbols(fd, &q, 1);
+    if (err)
+        return err;
+    *vaddr = q.vaddr;
+    return q.err;
 }
 
 int np_elf_load_bias(int fd, uint64_t mapped_start, uint64_t mapped_offset, uint64_t *bias) {

@@ -33,6 +33,18 @@ void np_elf_scan_free(struct np_elf_scan *scan);
  * and, when len > 0, the first len bytes of its initial value from the
  * file. -ENOENT when there is no such symbol. */
 int np_elf_read_symbol(int fd, const char *name, uint64_t *vaddr, void *buf, size_t len);
+/* Several symbols in one pass over the symbol tables: each query's err
+ * is 0 (vaddr set, and buf filled when len > 0), -ENOENT or -ERANGE.
+ * Returns -EINVAL when fd is not an ELF file. */
+struct np_elf_symbol_query {
+    const char *name;
+    void *buf;
+    size_t len;
+    uint64_t vaddr; /* out */
+    int err;        /* out */
+};
+int np_elf_read_symbols(int fd, struct np_elf_symbol_query *q, size_t n);
+
 /* The load bias of the ELF open on fd, from one of its mappings (start
  * address and file offset): address in the process = bias + vaddr. */
 int np_elf_load_bias(int fd, uint64_t mapped_start, uint64_t mapped_offset, uint64_t *bias);

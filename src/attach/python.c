@@ -222,7 +222,17 @@ static int layout_from_debug(const uint8_t *debug, unsigned minor, struct np_pyt
 }
 
 /* Works out info->layout; explains in why_not when frames cannot be walked. */
-static void compute_layout(pid_t pid, int fd, uint64_t bias, struct np_python_info *info) {
+/* What one pass over the file's symbols found (inspect_file). */
+struct runtime_symbols {
+    uint8_t runtime[DEBUG_OFFSETS_MAX]; /* _PyRuntime's initial bytes: 3.13+ _Py_DebugOffsets */
+    int runtime_err;
+    uint64_t runtime_vaddr;
+    uint64_t py_version; /* Py_Version (3.11+), 0 if absent */
+    uint64_t code_type;  /* &PyCode_Type in the file, 0 if absent */
+};
+
+static void compute_layout(pid_t pid, const struct runtime_symbols *syms, uint64_t bias,
+                           struct np_python_info *info) {
     struct np_python_layout *l = &info->layout;
     int err = 0;
 
@@ -236,10 +246,11 @@ static void compute_layout(pid_t pid, int fd, uint64_t bias, struct np_python_in
         *l = table_layouts[info->minor - 10];
     } else if (info->major == 3 && info->minor >= 13) {
         uint8_t debug[DEBUG_OFFSETS_MAX] = {0};
-        uint64_t vaddr;
         /* the target's own copy; the file's initial data when unreadable */
-        if (np_read_process(pid, info->runtime_addr, debug, sizeof(debug)) != 0)
-            err = np_elf_read_symbol(fd, "_PyRuntime", &vaddr, debug, sizeof(debug));
+        if (np_read_process(pid, info->runtime_addr, debug, sizeof(debug)) != 0) {
+            err = syms->runtime_err;
+            memcpy(debug, syms->runtime, sizeof(debug));
+        }
         if (!err && memcmp(debug, "xdebugpy", 8) != 0)
             err = -EINVAL;
         if (!err)
@@ -254,36 +265,42 @@ static void compute_layout(pid_t pid, int fd, uint64_t bias, struct np_python_in
                  info->major, info->minor);
         return;
     }
-    uint64_t code_type;
-    if (np_elf_read_symbol(fd, "PyCode_Type", &code_type, NULL, 0) == 0)
-        l->code_type = code_type + bias;
+    if (syms->code_type)
+        l->code_type = syms->code_type + bias;
     l->bpf.runtime = info->runtime_addr;
     l->walkable = true;
 }
 
-/* Reads what the file says about its runtime; 1 if it holds one. */
-static int inspect_file(int fd, const char *path, struct np_python_info *out) {
-    uint64_t runtime_vaddr, version_vaddr, version = 0;
-    struct {
-        char cookie[8];
-        uint64_t version;
-        uint64_t free_threaded;
-    } debug;
-
-    int r = np_elf_read_symbol(fd, "_PyRuntime", &runtime_vaddr, &debug, sizeof(debug));
-    if (r == -ENOENT || r == -EINVAL)
+/* Reads what the file says about its runtime, in one pass over its
+ * symbols; 1 if it holds one. */
+static int inspect_file(int fd, const char *path, struct runtime_symbols *syms,
+                        struct np_python_info *out) {
+    struct np_elf_symbol_query q[] = {
+        {.name = "_PyRuntime", .buf = syms->runtime, .len = sizeof(syms->runtime)},
+        {.name = "Py_Version", .buf = &syms->py_version, .len = sizeof(syms->py_version)},
+        {.name = "PyCode_Type"},
+    };
+    if (np_elf_read_symbols(fd, q, NP_ARRAY_SIZE(q)) != 0 || q[0].err == -ENOENT)
         return 0;
-    if (r == 0 && memcmp(debug.cookie, "xdebugpy", 8) == 0) {
-        set_version(out, debug.version);
-        out->free_threaded = debug.free_threaded != 0;
-    } else if (np_elf_read_symbol(fd, "Py_Version", &version_vaddr, &version, sizeof(version)) ==
-                   0 &&
-               version) {
+    syms->runtime_err = q[0].err;
+    syms->runtime_vaddr = q[0].vaddr;
+    if (q[1].err)
+        syms->py_version = 0;
+    syms->code_type = q[2].err ? 0 : q[2].vaddr;
+
+    const uint8_t *debug = syms->runtime; /* cookie, version, free_threaded (3.13+) */
+    uint64_t version, free_threaded;
+    memcpy(&version, debug + 8, sizeof(version));
+    memcpy(&free_threaded, debug + 16, sizeof(free_threaded));
+    if (!syms->runtime_err && memcmp(debug, "xdebugpy", 8) == 0) {
         set_version(out, version);
+        out->free_threaded = free_threaded != 0;
+    } else if (syms->py_version) {
+        set_version(out, syms->py_version);
     } else if (!version_from_name(path, out)) {
         return 0; /* a _PyRuntime we cannot place: not walkable */
     }
-    out->runtime_addr = runtime_vaddr; /* made absolute by the caller */
+    out->runtime_addr = syms->runtime_vaddr; /* made absolute by the caller */
     return 1;
 }
 
@@ -311,8 +328,9 @@ int np_python_inspect(pid_t pid, const struct np_mapping *m, struct np_python_in
     if (fd < 0)
         return 0;
     struct np_python_info info = {0};
+    struct runtime_symbols syms = {0};
     uint64_t bias;
-    int found = inspect_file(fd, m->path, &info) == 1 &&
+    int found = inspect_file(fd, m->path, &syms, &info) == 1 &&
                 np_elf_load_bias(fd, m->start, m->offset, &bias) == 0;
     if (!found) {
         close(fd);
@@ -322,7 +340,7 @@ int np_python_inspect(pid_t pid, const struct np_mapping *m, struct np_python_in
     info.runtime_addr += bias;
     info.shared = strstr(m->path, ".so") != NULL;
     snprintf(info.path, sizeof(info.path), "%s", m->path);
-    compute_layout(pid, fd, bias, &info);
+    compute_layout(pid, &syms, bias, &info);
     close(fd);
     *out = info;
     return 1;
