@@ -62,8 +62,10 @@ static void add_item(struct plan *p, enum item_kind kind, uint32_t index, const 
         p->items[p->n++] = (struct item){kind, index, marker};
 }
 
-/* Python frames of block `b` starting at py index *next: up to and
- * including the next frame marked NP_PYF_ENTRY. */
+/* The next block of Python frames, from py index *next up to and including
+ * the next frame marked NP_PYF_ENTRY. When that was the last frame of a
+ * walk cut at --python-depth, the marker follows: the frames it stands for
+ * are the callers of this block. */
 static void add_py_block(struct plan *p, const struct stack_input *in, uint32_t *next) {
     while (*next < in->n_py) {
         uint32_t i = (*next)++;
@@ -71,6 +73,8 @@ static void add_py_block(struct plan *p, const struct stack_input *in, uint32_t 
         if (in->py[i].flags & NP_PYF_ENTRY)
             break;
     }
+    if (*next == in->n_py && in->py_truncated)
+        add_item(p, ITEM_MARKER, 0, PY_TRUNCATED_MARKER);
 }
 
 static bool is_eval_loop(const struct np_frame *f) {
@@ -88,7 +92,6 @@ static void plan_stack(struct np_target *t, const struct stack_input *in, enum n
                 last_eval = (int)i;
 
     uint32_t next_py = 0;
-    bool marked = false;
     for (uint32_t i = 0; i < in->n; i++) {
         if (!python || i == 0 || !in->pcs[i]) {
             add_item(p, ITEM_NATIVE, i, NULL);
@@ -97,13 +100,10 @@ static void plan_stack(struct np_target *t, const struct stack_input *in, enum n
         const struct np_frame *f = np_symbolize(t->sym, in->pcs[i], true);
         if (is_eval_loop(f)) {
             bool have_block = next_py < in->n_py;
-            if (have_block) {
+            if (have_block)
                 add_py_block(p, in, &next_py);
-            } else if (in->py_truncated && !marked) {
-                add_item(p, ITEM_MARKER, 0, PY_TRUNCATED_MARKER);
-                marked = true;
-            }
-            /* merged, the block (or the marker) stands for its eval-loop frame */
+            /* merged, a block stands for its eval-loop frame, and so does the
+             * marker for those of the frames beyond the depth limit */
             if (mode == NP_PYTHON_RAW || (!have_block && !in->py_truncated))
                 add_item(p, ITEM_NATIVE, i, NULL);
             continue;
@@ -117,8 +117,6 @@ static void plan_stack(struct np_target *t, const struct stack_input *in, enum n
         add_item(p, ITEM_MARKER, 0, in->root_marker);
     while (python && next_py < in->n_py)
         add_py_block(p, in, &next_py);
-    if (python && in->py_truncated && !marked)
-        add_item(p, ITEM_MARKER, 0, PY_TRUNCATED_MARKER);
 }
 
 static void append_frame(struct np_str *out, const char *name) {
