@@ -27,12 +27,14 @@ CPPFLAGS := -Iinclude -Isrc -I$(BUILD)
 LIBS     := -lbpf -ldw -lelf -lz -lcjson -lstdc++ -lpthread
 
 BPF_SRC  := bpf/ncclprobe.bpf.c
-SRCS     := $(sort $(wildcard src/*/*.c))
+# src/cupti/ is the injection library that runs inside the target, not part of the daemon.
+SRCS     := $(sort $(filter-out src/cupti/%,$(wildcard src/*/*.c)))
+CUPTI_SRCS := $(sort $(wildcard src/cupti/*.c))
 OBJS     := $(SRCS:src/%.c=$(BUILD)/obj/%.o)
 HEADERS  := $(wildcard include/ncclprobe/*.h src/*/*.h)
 
 .PHONY: all demo test test-unit test-e2e bench format format-check clean
-all: $(BUILD)/ncclprobe
+all: $(BUILD)/ncclprobe $(CUPTI_LIB)
 
 # vmlinux.h is generated from the running kernel's BTF at build time: it then
 # matches the kernel we load on, and no 3 MB generated header sits in git.
@@ -53,6 +55,18 @@ $(BUILD)/obj/%.o: src/%.c $(HEADERS) $(BUILD)/ncclprobe.skel.h
 
 $(BUILD)/ncclprobe: $(OBJS)
 	$(CC) $(CFLAGS) $(SANFLAGS) -o $@ $^ $(LIBS)
+
+# ---- libncclprobe_cupti.so -------------------------------------------------
+# Loaded into the target with CUDA_INJECTION64_PATH. Built against the
+# toolkit's CUPTI headers; CUPTI itself is dlopen()ed at run time.
+ifneq ($(wildcard $(CUDA_HOME)/include/cupti.h),)
+CUPTI_LIB := $(BUILD)/libncclprobe_cupti.so
+endif
+
+$(BUILD)/libncclprobe_cupti.so: $(CUPTI_SRCS) include/ncclprobe/gpu_wire.h
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) -fPIC -shared -fvisibility=hidden -Iinclude -Isrc \
+		-I$(CUDA_HOME)/include -o $@ $(CUPTI_SRCS) -ldl -lpthread
 
 # ---- workloads -------------------------------------------------------------
 $(BUILD)/progs/.built: $(wildcard tests/progs/*)
@@ -81,7 +95,7 @@ $(BUILD)/unwind_bench: bench/unwind_bench.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o
 test-unit: $(BUILD)/unit_tests
 	$(BUILD)/unit_tests
 
-test-e2e: $(BUILD)/ncclprobe $(BUILD)/progs/.built $(BUILD)/demo/.built $(BUILD)/pyline_check
+test-e2e: $(BUILD)/ncclprobe $(CUPTI_LIB) $(BUILD)/progs/.built $(BUILD)/demo/.built $(BUILD)/pyline_check
 	NCCLPROBE_BUILD=$(abspath $(BUILD)) $(PYTHON) -m pytest -q -rs tests/
 
 # Unit and end-to-end tests, on the normal build and again on the
@@ -93,7 +107,7 @@ bench: $(BUILD)/ncclprobe $(BUILD)/progs/.built $(BUILD)/unwind_bench
 	bench/run.sh $(BUILD)
 	bench/unwind.sh $(BUILD)
 
-FORMATTED := $(BPF_SRC) $(SRCS) $(HEADERS) tests/unit/*.c $(wildcard tests/progs/*.[ch] \
+FORMATTED := $(BPF_SRC) $(SRCS) $(HEADERS) $(CUPTI_SRCS) tests/unit/*.c $(wildcard tests/progs/*.[ch] \
 	tests/progs/*.cc tools/demo/*.[ch] tools/demo/standin/*.[ch] bench/*.c)
 
 format:

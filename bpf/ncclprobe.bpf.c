@@ -623,6 +623,22 @@ static __always_inline void report_loader_change(__u64 pid_tgid, const struct np
         bpf_send_signal(NP_SIGSTOP);
 }
 
+/* ncclprobe_cupti_marker(correlation id, domain, cbid): our CUPTI library
+ * calls it from its launch callback, on the launching thread, inside the
+ * launch. The record follows the launch's own on this thread's ring order. */
+static __always_inline void report_marker(struct pt_regs *ctx, __u64 pid_tgid) {
+    struct np_marker_event m = {};
+    fill_header(&m.hdr, NP_EV_MARKER, sizeof(m), pid_tgid);
+    m.correlation_id = (__u32)PT_REGS_PARM1(ctx);
+    m.domain = (__u32)PT_REGS_PARM2(ctx);
+    m.cbid = (__u32)PT_REGS_PARM3(ctx);
+    if (bpf_ringbuf_output(&events, &m, sizeof(m), wakeup_flag(sizeof(m))) != 0) {
+        count(NP_CNT_MARKER_DROPPED);
+        return;
+    }
+    count(NP_CNT_MARKER_SENT);
+}
+
 /* Set by user space when the recording stops: from then on nothing is
  * counted or sent, so the final counts add up without waiting for the
  * (slow) removal of every uprobe. */
@@ -656,6 +672,9 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
         return 0;
     case NP_ROLE_LOADER:
         report_loader_change(pid_tgid, cfg);
+        return 0;
+    case NP_ROLE_MARKER:
+        report_marker(ctx, pid_tgid);
         return 0;
     }
     return 0;

@@ -32,6 +32,7 @@ enum np_event_type {
     NP_EV_LAUNCH = 1, /* a probed launch / NCCL API entry (struct np_launch_event) */
     NP_EV_HANDLE = 2, /* a kernel handle was produced (struct np_handle_event) */
     NP_EV_MAP = 3,    /* a target loaded a library (struct np_map_event) */
+    NP_EV_MARKER = 4, /* libncclprobe_cupti.so named a launch's correlation id (np_marker_event) */
 };
 
 struct np_event_header {
@@ -51,8 +52,10 @@ enum np_probe_role {
     NP_ROLE_API = 3,           /* an API call that is not itself a launch (NCCL collectives) */
     NP_ROLE_HANDLE_ENTRY = 4,  /* entry of a call that produces a kernel handle */
     NP_ROLE_HANDLE_RETURN = 5, /* its return (uretprobe): emits np_handle_event */
-    NP_ROLE_LOADER = 6         /* the dynamic loader's r_brk (a library was loaded) or CPython's
+    NP_ROLE_LOADER = 6,        /* the dynamic loader's r_brk (a library was loaded) or CPython's
                                   Py_FinalizeEx: user space catches up before a held process goes on */
+    NP_ROLE_MARKER = 7         /* ncclprobe_cupti_marker(correlation id, domain, cbid), called
+                                  by our CUPTI library inside a launch: emits np_marker_event */
 };
 
 /* How a handle producer names its handle (enum np_probe_cfg.src_kind). */
@@ -194,6 +197,16 @@ struct np_map_event {
     struct np_event_header hdr;
 };
 
+/* A CUPTI launch callback on this thread: the launch this thread is in has
+ * this correlation id, which its GPU records carry (see gpu_wire.h). */
+struct np_marker_event {
+    struct np_event_header hdr;
+    __u32 correlation_id;
+    __u32 domain; /* CUpti_CallbackDomain: 1 driver API, 2 runtime API */
+    __u32 cbid;   /* the API's callback id */
+    __u32 pad;
+};
+
 /* Global counters (per-CPU array "counters", summed by user space). */
 enum np_counter {
     NP_CNT_LAUNCH_SENT = 0, /* launch/API events written to the ring buffer */
@@ -209,6 +222,8 @@ enum np_counter {
     NP_CNT_PY_NO_THREAD, /* ... on a thread without a Python thread state */
     NP_CNT_PY_ERRORS,    /* ... where reading a frame failed */
     NP_CNT_PY_TRUNCATED, /* ... with more frames than --python-depth */
+    NP_CNT_MARKER_SENT,  /* correlation markers written to the ring buffer */
+    NP_CNT_MARKER_DROPPED,
     NP_CNT_MAX
 };
 

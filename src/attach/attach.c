@@ -273,8 +273,10 @@ static int attach_scan(struct np_attacher *a, struct np_target *t, const char *t
         s->offset = m->file_offset;
         s->is_thunk = m->thunk_target >= 0;
         s->hold = t->hold_loads && m->def->family == NP_FAMILY_LOADER;
-        if (m->def->family != NP_FAMILY_LOADER)
+        if (m->def->family != NP_FAMILY_LOADER && m->def->family != NP_FAMILY_CUPTI)
             t->libs[lib_index].cuda = true;
+        if (m->def->family == NP_FAMILY_CUPTI)
+            t->gpu_marker = true;
         s->err = write_site_cfg(a, s);
     }
     if (!a->use_multi || attach_library_multi(a, t->pid, binary, first) < 0)

@@ -61,6 +61,9 @@ static const struct np_probe_def defs[] = {
      * launch before it is read - Python frames name live code objects */
     {"Py_FinalizeEx", "python-finalize", NP_FAMILY_LOADER, NP_ROLE_LOADER, NP_LAYOUT_NONE, -1, 0, 0,
      0, 0},
+    /* libncclprobe_cupti.so names each launch's CUPTI correlation id here */
+    {"ncclprobe_cupti_marker", "cupti-marker", NP_FAMILY_CUPTI, NP_ROLE_MARKER, NP_LAYOUT_NONE, -1,
+     0, 0, 0, 0},
 };
 
 const struct np_probe_def *np_probe_defs(size_t *count) {

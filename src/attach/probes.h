@@ -15,6 +15,7 @@ enum np_probe_family {
     NP_FAMILY_DRIVER,  /* libcuda */
     NP_FAMILY_NCCL,    /* libnccl */
     NP_FAMILY_LOADER,  /* the dynamic loader (ld.so) */
+    NP_FAMILY_CUPTI,   /* our own libncclprobe_cupti.so: the correlation marker */
 };
 
 /* How the arguments of a probed function are passed (SysV x86-64). */

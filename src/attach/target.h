@@ -12,6 +12,7 @@
 #include "attach/python.h"
 #include "lib/hashmap.h"
 #include "ncclprobe/events.h"
+#include "ncclprobe/gpu_wire.h"
 
 struct np_symbolizer;
 struct np_unwinder;
@@ -34,11 +35,17 @@ struct np_target {
     struct np_unwinder *unwinder;
     struct np_kernel_names *kernels;
     uint64_t launches, nested, nccl_ops;
-    struct np_python_info python; /* the CPython runtime, when the process has one */
-    struct np_map python_checked; /* "dev:inode" of files already looked at for it */
-    bool python_walked;           /* the BPF walker has this process's layout */
-    bool python_refused;          /* its frames cannot be walked: said once */
-    struct np_pycode *pycode;     /* reads its code objects (frames -> file:line) */
+    struct np_python_info python;   /* the CPython runtime, when the process has one */
+    struct np_map python_checked;   /* "dev:inode" of files already looked at for it */
+    bool python_walked;             /* the BPF walker has this process's layout */
+    bool python_refused;            /* its frames cannot be walked: said once */
+    struct np_pycode *pycode;       /* reads its code objects (frames -> file:line) */
+    bool gpu_marker;                /* maps libncclprobe_cupti.so: launches get CUPTI ids */
+    bool gpu_off;                   /* its library stayed out or left: launches are not held */
+    bool gpu_hello;                 /* its library said hello on the GPU socket */
+    uint32_t gpu_status;            /* enum np_hello_status */
+    char gpu_message[256];          /* what the library said (why it stayed out) */
+    struct np_wire_stats gpu_stats; /* the library's last counters */
 };
 
 /* The process (thread group) a pid belongs to: itself for a process id,

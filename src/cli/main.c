@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/merge.h"
 #include "cli/record.h"
 
 #define NCCLPROBE_VERSION "0.1.0"
@@ -9,6 +10,7 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: ncclprobe record [options] (--pid PID[,PID...] | -- CMD [ARGS...])\n"
                "       ncclprobe --pid PID [options]\n"
+               "       ncclprobe merge --cpu EXT_FOLDED --gpu TRACE_JSON -o OUT [options]\n"
                "       ncclprobe --version\n"
                "Run 'ncclprobe record --help' for the options.\n");
 }
@@ -20,6 +22,8 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[1], "record") == 0)
         return np_cmd_record(argc - 1, argv + 1);
+    if (strcmp(argv[1], "merge") == 0)
+        return np_cmd_merge(argc - 1, argv + 1);
     if (strcmp(argv[1], "--version") == 0) {
         printf("ncclprobe %s\n", NCCLPROBE_VERSION);
         return 0;

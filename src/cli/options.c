@@ -12,6 +12,7 @@
 
 #include "lib/util.h"
 #include "ncclprobe/events.h"
+#include "ncclprobe/gpu_wire.h"
 #include "symbolize/symbolize.h"
 
 static void usage(FILE *f) {
@@ -49,6 +50,14 @@ static void usage(FILE *f) {
             "      --python-depth N     Python frames kept per launch, innermost first\n"
             "                           (default 128, at most 1024); deeper stacks end\n"
             "                           in \"[python truncated]\"\n"
+            "      --cupti-socket PATH  where targets running libncclprobe_cupti.so\n"
+            "                           (CUDA_INJECTION64_PATH) send GPU records (default\n"
+            "                           " NP_WIRE_DEFAULT_SOCKET ")\n"
+            "      --cupti              with -- CMD: run CMD with our CUPTI library injected\n"
+            "                           (GPU kernels and times joined to each launch)\n"
+            "      --gpu-timeout-ms MS  a launch without GPU records after MS ms is written\n"
+            "                           as [GPU_Launch_Pending] (default 5000)\n"
+            "      --no-gpu             do not listen for GPU records\n"
             "      --raw-dump FILE      also write every BPF record as received (for\n"
             "                           bench/unwind_bench and bug reports)\n"
             "  -v, --verbose            more diagnostics\n"
@@ -89,7 +98,11 @@ int np_record_parse_options(int argc, char **argv, struct options *opt) {
         OPT_DEBUGINFO,
         OPT_RAW_DUMP,
         OPT_PYTHON,
-        OPT_PYTHON_DEPTH
+        OPT_PYTHON_DEPTH,
+        OPT_CUPTI_SOCKET,
+        OPT_CUPTI,
+        OPT_GPU_TIMEOUT,
+        OPT_NO_GPU
     };
     static const struct option longopts[] = {
         {"pid", required_argument, NULL, 'p'},
@@ -105,6 +118,10 @@ int np_record_parse_options(int argc, char **argv, struct options *opt) {
         {"raw-dump", required_argument, NULL, OPT_RAW_DUMP},
         {"python", required_argument, NULL, OPT_PYTHON},
         {"python-depth", required_argument, NULL, OPT_PYTHON_DEPTH},
+        {"cupti-socket", required_argument, NULL, OPT_CUPTI_SOCKET},
+        {"cupti", no_argument, NULL, OPT_CUPTI},
+        {"gpu-timeout-ms", required_argument, NULL, OPT_GPU_TIMEOUT},
+        {"no-gpu", no_argument, NULL, OPT_NO_GPU},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {0},
@@ -115,6 +132,8 @@ int np_record_parse_options(int argc, char **argv, struct options *opt) {
     opt->wakeup_kb = 256;
     opt->stack_bytes = DEFAULT_STACK_BYTES;
     opt->python_depth = DEFAULT_PYTHON_DEPTH;
+    opt->cupti_socket = NP_WIRE_DEFAULT_SOCKET;
+    opt->gpu_timeout_ms = DEFAULT_GPU_TIMEOUT_MS;
     optind = 1;
     while ((c = getopt_long(argc, argv, "+p:o:d:vh", longopts, NULL)) != -1) {
         switch (c) {
@@ -188,6 +207,26 @@ int np_record_parse_options(int argc, char **argv, struct options *opt) {
                 return -EINVAL;
             }
             break;
+        case OPT_CUPTI_SOCKET:
+            if (!optarg[0] || strlen(optarg) >= 108) {
+                np_err("invalid --cupti-socket '%s': expected a path shorter than 108 bytes",
+                       optarg);
+                return -EINVAL;
+            }
+            opt->cupti_socket = optarg;
+            break;
+        case OPT_CUPTI:
+            opt->inject_cupti = true;
+            break;
+        case OPT_GPU_TIMEOUT:
+            if (np_parse_long(optarg, 1, 3600 * 1000, &opt->gpu_timeout_ms) < 0) {
+                np_err("invalid --gpu-timeout-ms '%s': expected 1 to 3600000", optarg);
+                return -EINVAL;
+            }
+            break;
+        case OPT_NO_GPU:
+            opt->no_gpu = true;
+            break;
         case OPT_RAW_DUMP:
             opt->raw_dump = optarg;
             break;
@@ -216,6 +255,10 @@ int np_record_parse_options(int argc, char **argv, struct options *opt) {
     }
     if (opt->npids && opt->command) {
         np_err("give either --pid or -- CMD, not both");
+        return -EINVAL;
+    }
+    if (opt->inject_cupti && (!opt->command || opt->no_gpu)) {
+        np_err("--cupti needs -- CMD (a running process cannot be injected) and no --no-gpu");
         return -EINVAL;
     }
     return 0;

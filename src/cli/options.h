@@ -25,12 +25,17 @@ struct options {
     long stack_bytes;
     enum np_python_mode python;
     long python_depth;
+    const char *cupti_socket; /* where libncclprobe_cupti.so sends GPU records */
+    bool inject_cupti;        /* --cupti: CUDA_INJECTION64_PATH for -- CMD */
+    bool no_gpu;
+    long gpu_timeout_ms;
     bool verbose;
     char **command; /* argv after "--", NULL-terminated */
 };
 
 #define DEFAULT_STACK_BYTES 16384
 #define DEFAULT_PYTHON_DEPTH 128
+#define DEFAULT_GPU_TIMEOUT_MS 5000
 
 /* Parses argv (argv[0] is "record" or the program); 0, or -EINVAL after
  * printing what is wrong. --help prints the usage and exits 0. */

@@ -23,7 +23,9 @@
 #include "cli/child.h"
 #include "cli/options.h"
 #include "cli/preflight.h"
+#include "correlate/gpu.h"
 #include "correlate/kernels.h"
+#include "ingest/gpu_socket.h"
 #include "ingest/ingest.h"
 #include "lib/util.h"
 #include "ncclprobe.skel.h"
@@ -53,7 +55,11 @@ struct session {
     int epfd, sigfd;
     uint64_t start_ns, start_realtime_ns;
     const char *stop_reason;
-    bool backlog; /* the last slice stopped with records still queued */
+    bool backlog;                     /* the last slice stopped with records still queued */
+    struct np_gpu_server *gpu_server; /* the CUPTI library's socket; NULL: none */
+    struct np_gpu_join *gpu_join;
+    pid_t *gpu_closed; /* processes whose library disconnected, not yet finished */
+    size_t ngpu_closed;
 };
 
 /* ---- targets ---------------------------------------------------------- */
@@ -71,8 +77,8 @@ static int add_epoll_fd(int epfd, int fd, uint64_t tag) {
     return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
 }
 
-/* epoll tags: 0 ring buffer, 1 signals, 2+i target i exited */
-enum { TAG_RING = 0, TAG_SIGNAL = 1, TAG_TARGET = 2 };
+/* epoll tags: 0 ring buffer, 1 signals, 2 GPU socket, 3+i target i exited */
+enum { TAG_RING = 0, TAG_SIGNAL = 1, TAG_GPU = 2, TAG_TARGET = 3 };
 
 static int add_target(struct session *s, pid_t pid, struct np_target **out) {
     struct np_target *t = NULL;
@@ -211,8 +217,136 @@ static int attach_pid(struct session *s, pid_t pid) {
     return 0;
 }
 
+/* ---- GPU records ---------------------------------------------------------- */
+
+#define GPU_LINGER_NS 300000000ull /* a launch's records stop coming: it retires */
+#define GPU_MAX_WAITING 200000     /* launches waiting for GPU records, at most */
+#define GPU_FINAL_WAIT_MS 500      /* at the end: the last flush of live targets */
+
+static void gpu_retire(void *ctx, const struct np_gpu_launch *l, enum np_gpu_status status) {
+    struct session *s = ctx;
+    np_output_gpu_launch(s->out, l, status);
+}
+
+static void gpu_unmatched(void *ctx, uint32_t pid, const struct np_gpu_record *r) {
+    struct session *s = ctx;
+    (void)pid;
+    np_output_gpu_unmatched(s->out, r);
+}
+
+static bool gpu_is_traced(void *ctx, pid_t pid) {
+    struct np_target *t = find_target(ctx, pid);
+    return t && !t->exited;
+}
+
+static void gpu_on_hello(void *ctx, pid_t pid, const struct np_wire_hello *h) {
+    struct session *s = ctx;
+    struct np_target *t = find_target(s, pid);
+    if (!t)
+        return;
+    t->gpu_hello = true;
+    t->gpu_status = h->status;
+    snprintf(t->gpu_message, sizeof(t->gpu_message), "%s", h->message);
+    if (h->status == NP_HELLO_ACTIVE) {
+        t->gpu_off = false;
+        np_info("pid %d (%s): GPU records from %s", t->pid, t->comm, h->message);
+        return;
+    }
+    np_warn("pid %d (%s): no GPU records: %s", t->pid, t->comm, h->message);
+    t->gpu_off = true;
+    np_gpu_join_finish_pid(s->gpu_join, (uint32_t)pid, NP_GPU_NONE);
+}
+
+static void gpu_on_record(void *ctx, pid_t pid, const struct np_gpu_record *r) {
+    struct session *s = ctx;
+    np_gpu_join_record(s->gpu_join, (uint32_t)pid, r, np_monotonic_ns());
+}
+
+static void gpu_on_stats(void *ctx, pid_t pid, const struct np_wire_stats *st) {
+    struct np_target *t = find_target(ctx, pid);
+    if (t)
+        t->gpu_stats = *st;
+}
+
+/* The library is gone, but launches it sent records for may still be in
+ * the ring buffer: finished once that is read (finish_closed_gpu_clients). */
+static void gpu_on_close(void *ctx, pid_t pid) {
+    struct session *s = ctx;
+    pid_t *p = realloc(s->gpu_closed, (s->ngpu_closed + 1) * sizeof(*p));
+    if (!p) {
+        np_gpu_join_finish_pid(s->gpu_join, (uint32_t)pid, NP_GPU_PENDING);
+        return;
+    }
+    s->gpu_closed = p;
+    s->gpu_closed[s->ngpu_closed++] = pid;
+}
+
+static void finish_closed_gpu_clients(struct session *s) {
+    for (size_t i = 0; i < s->ngpu_closed; i++) {
+        struct np_target *t = find_target(s, s->gpu_closed[i]);
+        if (t)
+            t->gpu_off = true;
+        np_gpu_join_finish_pid(s->gpu_join, (uint32_t)s->gpu_closed[i], NP_GPU_PENDING);
+    }
+    s->ngpu_closed = 0;
+}
+
+static int setup_gpu(struct session *s) {
+    if (s->opt.no_gpu)
+        return 0;
+    struct np_gpu_ops jops = {.ctx = s, .retire = gpu_retire, .unmatched = gpu_unmatched};
+    s->gpu_join = np_gpu_join_new(&jops, GPU_LINGER_NS,
+                                  (uint64_t)s->opt.gpu_timeout_ms * 1000000ull, GPU_MAX_WAITING);
+    if (!s->gpu_join)
+        return -ENOMEM;
+    struct np_gpu_server_ops sops = {.ctx = s,
+                                     .is_traced = gpu_is_traced,
+                                     .on_hello = gpu_on_hello,
+                                     .on_record = gpu_on_record,
+                                     .on_stats = gpu_on_stats,
+                                     .on_close = gpu_on_close};
+    int err = np_gpu_server_open(s->opt.cupti_socket, &sops, &s->gpu_server);
+    if (err) {
+        np_warn("cannot listen for GPU records on %s: %s%s", s->opt.cupti_socket, strerror(-err),
+                err == -EADDRINUSE ? " (another ncclprobe listens there; use --cupti-socket)" : "");
+        s->gpu_server = NULL;
+        return 0; /* stacks are still recorded */
+    }
+    s->ingest.gpu = s->gpu_join;
+    return add_epoll_fd(s->epfd, np_gpu_server_fd(s->gpu_server), TAG_GPU);
+}
+
+/* --cupti: the command runs with our library injected and told where we
+ * listen. It is found beside the ncclprobe binary or in ../lib/ncclprobe. */
+static int inject_cupti(struct session *s) {
+    char exe[4096], lib[4200];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0)
+        return -errno;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash)
+        *slash = '\0';
+    static const char *const rel[] = {"", "/../lib/ncclprobe"};
+    for (size_t i = 0; i < NP_ARRAY_SIZE(rel); i++) {
+        snprintf(lib, sizeof(lib), "%s%s/libncclprobe_cupti.so", exe, rel[i]);
+        if (access(lib, R_OK) == 0) {
+            setenv("CUDA_INJECTION64_PATH", lib, 1);
+            setenv(NP_WIRE_SOCKET_ENV, s->opt.cupti_socket, 1);
+            return 0;
+        }
+    }
+    np_err("--cupti: libncclprobe_cupti.so not found beside %s", exe);
+    return -ENOENT;
+}
+
 static int start_command(struct session *s) {
-    int err = np_child_spawn(s->opt.command, &s->child);
+    int err = s->opt.inject_cupti ? inject_cupti(s) : 0;
+    if (err)
+        return err;
+    if (s->gpu_server) /* a library injected some other way finds us too */
+        setenv(NP_WIRE_SOCKET_ENV, s->opt.cupti_socket, 1);
+    err = np_child_spawn(s->opt.command, &s->child);
     if (err)
         return err;
     s->have_child = true;
@@ -412,9 +546,16 @@ static int run_loop(struct session *s) {
                     s->stop_reason = stop;
                     return 0;
                 }
+            } else if (tag == TAG_GPU) {
+                np_gpu_server_poll(s->gpu_server);
             } else if (tag >= TAG_TARGET && tag - TAG_TARGET < s->ntargets) {
                 on_target_exit(s, (size_t)(tag - TAG_TARGET));
             }
+        }
+        if (s->gpu_join) {
+            if (!s->backlog) /* the ring is read: a closed library's launches are all in */
+                finish_closed_gpu_clients(s);
+            np_gpu_join_tick(s->gpu_join, np_monotonic_ns());
         }
         if (all_targets_gone(s)) {
             s->stop_reason = "targets exited";
@@ -441,13 +582,32 @@ static uint64_t counter(struct session *s, __u32 which) {
 
 static uint64_t records_sent_by_bpf(struct session *s) {
     return counter(s, NP_CNT_LAUNCH_SENT) + counter(s, NP_CNT_HANDLE_SENT) +
-           counter(s, NP_CNT_MAP_SENT);
+           counter(s, NP_CNT_MAP_SENT) + counter(s, NP_CNT_MARKER_SENT);
 }
 
 static uint64_t records_received(const struct session *s) {
     const struct np_ingest_stats *st = &s->ingest.stats;
-    return st->launch_events + st->handle_events + st->map_events + st->malformed +
-           st->unknown_source;
+    return st->launch_events + st->handle_events + st->map_events + st->marker_events +
+           st->malformed + st->unknown_source;
+}
+
+/* The last GPU records of targets still running (their libraries flush
+ * every 100 ms), then every launch still waiting is written. */
+static void finish_gpu(struct session *s) {
+    if (!s->gpu_join)
+        return;
+    uint64_t until = np_monotonic_ns() + GPU_FINAL_WAIT_MS * 1000000ull;
+    while (s->gpu_server && np_gpu_join_waiting(s->gpu_join) > 0 && np_monotonic_ns() < until &&
+           !all_targets_gone(s)) {
+        usleep(20000);
+        np_gpu_server_poll(s->gpu_server);
+        finish_closed_gpu_clients(s);
+        np_gpu_join_tick(s->gpu_join, np_monotonic_ns());
+    }
+    if (s->gpu_server)
+        np_gpu_server_poll(s->gpu_server);
+    finish_closed_gpu_clients(s);
+    np_gpu_join_finish_all(s->gpu_join);
 }
 
 /* Stop the probes (BPF's `stopped` switch: nothing is counted or sent
@@ -513,6 +673,9 @@ static int write_summary(struct session *s) {
                                                            : "auto",
             .stack_bytes = s->opt.unwind == UNWIND_FP ? 0 : (uint32_t)s->opt.stack_bytes,
             .out = s->out,
+            .gpu_server = s->gpu_server ? np_gpu_server_stats(s->gpu_server) : NULL,
+            .gpu_join = s->gpu_join ? np_gpu_join_counters(s->gpu_join) : NULL,
+            .gpu_socket = s->gpu_server ? s->opt.cupti_socket : NULL,
         };
         char path[4200];
         snprintf(path, sizeof(path), "%s/summary.json", np_output_dir(s->out));
@@ -537,6 +700,9 @@ static void session_destroy(struct session *s) {
         np_attacher_destroy(&s->attacher);
     ring_buffer__free(s->rb);
     ncclprobe_bpf__destroy(s->skel);
+    np_gpu_server_close(s->gpu_server);
+    np_gpu_join_free(s->gpu_join);
+    free(s->gpu_closed);
     for (size_t i = 0; i < s->ntargets; i++)
         np_target_free(s->targets[i]);
     free(s->targets);
@@ -599,6 +765,9 @@ int np_cmd_record(int argc, char **argv) {
         .inline_folded = s.opt.inline_frames,
         .python_mode = s.opt.python,
     };
+    err = setup_gpu(&s);
+    if (err)
+        goto out;
     if (s.opt.raw_dump && !(s.ingest.raw_dump = fopen(s.opt.raw_dump, "we"))) {
         np_err("cannot write --raw-dump %s: %s", s.opt.raw_dump, strerror(errno));
         err = -errno;
@@ -616,6 +785,8 @@ int np_cmd_record(int argc, char **argv) {
         stop_and_drain(&s);
     if (s.rb)
         on_child_event(&s); /* a child held at its exit meanwhile: read it, let it go */
+    if (s.out)
+        finish_gpu(&s);
     if (s.have_child && !s.child.reaped)
         kill(s.child.pid, SIGCONT); /* never leave it held at a library load */
 

@@ -10,6 +10,7 @@
 
 #include "attach/attach.h"
 #include "attach/target.h"
+#include "correlate/gpu.h"
 #include "correlate/kernels.h"
 #include "ingest/launch.h"
 #include "lib/hashmap.h"
@@ -21,6 +22,7 @@
 #include "writers/output.h"
 
 void np_ingest_free(struct np_ingest *in) {
+    np_str_free(&in->held_json);
     np_str_free(&in->stack.folded);
     np_str_free(&in->stack.detailed);
     free(in->stats.per_probe);
@@ -120,6 +122,41 @@ static void load_python_code(struct np_target *t, const struct np_launch_event *
         np_pycode_load(t->pycode, py[i].code);
 }
 
+/* A launch of a process whose CUPTI library sends GPU records waits in the
+ * join for them; any other is written now. */
+static void write_launch(struct np_ingest *in, struct np_target *t, const struct np_launch *l,
+                         const char *kernel) {
+    const struct np_stack_texts *stack = &in->stack;
+    bool hold = in->gpu && t->gpu_marker && !t->gpu_off && !l->nested;
+    uint64_t sid =
+        np_output_launch(in->out, l, np_str_cstr(&stack->folded), np_str_cstr(&stack->detailed),
+                         kernel, hold ? &in->held_json : NULL);
+    if (!hold)
+        return;
+    const struct np_launch_event *e = l->ev;
+    bool runtime_api = l->def->family == NP_FAMILY_RUNTIME || l->def->family == NP_FAMILY_NCCL;
+    int err =
+        np_gpu_join_launch(in->gpu, e->hdr.pid, e->hdr.tid, e->hdr.ts_ns, sid,
+                           np_str_cstr(&in->held_json), kernel, runtime_api, np_monotonic_ns());
+    if (err) { /* cannot wait: written now, as never matched */
+        struct np_gpu_launch now = {.stack_id = sid,
+                                    .json = (char *)np_str_cstr(&in->held_json),
+                                    .cpu_kernel = (char *)kernel};
+        np_output_gpu_launch(in->out, &now, NP_GPU_PENDING);
+    }
+}
+
+static void handle_marker(struct np_ingest *in, const struct np_marker_event *m, size_t size) {
+    if (size < sizeof(*m)) {
+        in->stats.malformed++;
+        return;
+    }
+    in->stats.marker_events++;
+    if (in->gpu)
+        np_gpu_join_marker(in->gpu, m->hdr.pid, m->hdr.tid, m->correlation_id, m->domain,
+                           np_monotonic_ns());
+}
+
 static void handle_launch(struct np_ingest *in, const struct np_launch_event *e, size_t size) {
     if (size < NP_LAUNCH_FIXED_SIZE || e->n_ips > NP_MAX_STACK ||
         e->stack_len > NP_MAX_STACK_BYTES || ((e->flags & NP_LF_STACK_COPY) && e->n_ips < 1) ||
@@ -178,8 +215,7 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
             t->nested++;
         else
             t->launches++;
-        np_output_launch(in->out, &l, np_str_cstr(&stack->folded), np_str_cstr(&stack->detailed),
-                         kernel);
+        write_launch(in, t, &l, kernel);
     }
 }
 
@@ -227,6 +263,9 @@ static void dispatch(struct np_ingest *in, void *data, size_t size) {
         break;
     case NP_EV_MAP:
         handle_map(in, data, h->size);
+        break;
+    case NP_EV_MARKER:
+        handle_marker(in, data, h->size);
         break;
     default:
         in->stats.malformed++;

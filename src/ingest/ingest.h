@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 struct np_attacher;
+struct np_gpu_join;
 struct np_output;
 struct np_target;
 
@@ -26,6 +27,7 @@ struct np_ingest_stats {
     uint64_t malformed;      /* wrong size, type or version */
     uint64_t unknown_source; /* probe id or pid we do not know (already detached) */
     uint64_t unsymbolized;   /* launches of a process gone before its mappings were read */
+    uint64_t marker_events;  /* CUPTI correlation markers */
     uint64_t *per_probe;     /* launches by the probe the caller called, index = probe id */
     size_t per_probe_len;
 };
@@ -65,6 +67,8 @@ struct np_ingest {
     bool fp_fallback;   /* --unwind auto: follow frame pointers where CFI is missing */
     bool inline_folded; /* --inline: inlined frames in the folded outputs too */
     enum np_python_mode python_mode;
+    struct np_gpu_join *gpu;     /* the launch <-> GPU record join; NULL: no GPU side */
+    struct np_str held_json;     /* a launch's JSON while the join holds it */
     FILE *raw_dump;              /* --raw-dump: every record as received, "u32 size, bytes" */
     struct np_stack_texts stack; /* reused for each launch's stack */
     struct np_ingest_stats stats;

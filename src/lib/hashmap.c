@@ -1,4 +1,6 @@
-/* hashmap.c - open addressing with linear probing (see hashmap.h). */
+/* hashmap.c - open addressing with linear probing (see hashmap.h).
+ * Deletion shifts later entries of the probe run back (no tombstones), so
+ * a map used as a streaming index stays as fast as a fresh one. */
 #include "lib/hashmap.h"
 
 #include <errno.h>
@@ -119,4 +121,29 @@ void *np_map_get_str(const struct np_map *m, const char *key) {
 
 int np_map_put_str(struct np_map *m, const char *key, void *value) {
     return put(m, np_hash_bytes(key, strlen(key)), 0, key, value);
+}
+
+/* Is slot j's entry (home slot `home`) still reachable if slot `hole`
+ * becomes empty? Only when its home lies cyclically in (hole, j]. */
+static int stays_reachable(size_t home, size_t hole, size_t j) {
+    return hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
+}
+
+void *np_map_del_u64(struct np_map *m, uint64_t key) {
+    if (!m->cap)
+        return NULL;
+    struct np_map_entry *e = find_slot(m, hash_u64(key), key, NULL);
+    if (!e->used)
+        return NULL;
+    void *value = e->value;
+    size_t mask = m->cap - 1, hole = (size_t)(e - m->slots);
+    for (size_t j = (hole + 1) & mask; m->slots[j].used; j = (j + 1) & mask) {
+        if (stays_reachable(m->slots[j].hash & mask, hole, j))
+            continue;
+        m->slots[hole] = m->slots[j];
+        hole = j;
+    }
+    memset(&m->slots[hole], 0, sizeof(m->slots[hole]));
+    m->count--;
+    return value;
 }

@@ -1,6 +1,7 @@
 /* hashmap.h - an open-addressing hash map from a 64-bit key or a string key
  * to a pointer. Used for symbol caches, kernel-handle tables and stack
- * aggregation. No deletion: owners free whole maps. */
+ * aggregation. Integer keys can be deleted (streaming indexes); string
+ * maps are freed whole. */
 #ifndef NP_HASHMAP_H
 #define NP_HASHMAP_H
 
@@ -27,6 +28,8 @@ void np_map_free(struct np_map *m, void (*free_value)(void *));
 
 void *np_map_get_u64(const struct np_map *m, uint64_t key);
 int np_map_put_u64(struct np_map *m, uint64_t key, void *value); /* replaces; -ENOMEM */
+/* Removes an integer key; returns its value (NULL if absent). */
+void *np_map_del_u64(struct np_map *m, uint64_t key);
 
 void *np_map_get_str(const struct np_map *m, const char *key);
 /* Inserts or replaces (the key is copied); -ENOMEM. */

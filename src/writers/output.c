@@ -17,6 +17,8 @@ struct np_output {
     FILE *ext_folded, *launches_jsonl, *nccl_jsonl, *stacks_jsonl;
     struct np_map folded_counts; /* "stack_id;kernel" -> (uintptr_t) count */
     struct np_map kernel_counts; /* kernel name -> (uintptr_t) count */
+    struct np_map merged_counts; /* "stack_id;leaf" -> (uintptr_t) count (merged.folded) */
+    struct np_map merged_ns;     /* "stack_id;leaf" -> (uintptr_t) GPU ns (merged.gpu_ns) */
     struct np_map stack_ids;     /* stack -> (uintptr_t) id */
     char **stacks;               /* stacks[id - 1]: the folded stack of an id */
     uint64_t next_stack_id;
@@ -61,6 +63,8 @@ int np_output_open(const char *dir, struct np_output **out) {
     o->dir = strdup(dir);
     np_map_init(&o->folded_counts);
     np_map_init(&o->kernel_counts);
+    np_map_init(&o->merged_counts);
+    np_map_init(&o->merged_ns);
     np_map_init(&o->stack_ids);
     np_str_init(&o->line);
     np_str_init(&o->ext);
@@ -100,10 +104,14 @@ static void write_line(struct np_output *o, FILE *f, const struct np_str *line) 
         note_error(o, -errno);
 }
 
-static void bump(struct np_output *o, struct np_map *m, const char *key) {
-    uintptr_t n = (uintptr_t)np_map_get_str(m, key);
-    if (np_map_put_str(m, key, (void *)(n + 1)) < 0)
+static void add_to(struct np_output *o, struct np_map *m, const char *key, uint64_t n) {
+    uintptr_t v = (uintptr_t)np_map_get_str(m, key);
+    if (np_map_put_str(m, key, (void *)(v + (uintptr_t)n)) < 0)
         note_error(o, -ENOMEM);
+}
+
+static void bump(struct np_output *o, struct np_map *m, const char *key) {
+    add_to(o, m, key, 1);
 }
 
 /* The id of a (detailed) stack in stacks.jsonl; written there the first
@@ -160,9 +168,9 @@ static void json_common(struct np_str *s, const struct np_launch *l) {
     np_str_appendf(s, ",\"cpu\":%u", e->cpu);
 }
 
-static void write_launch_json(struct np_output *o, const struct np_launch *l, const char *kernel,
-                              uint64_t sid) {
-    struct np_str *s = &o->line;
+/* The launch's launches.jsonl object, without its closing brace. */
+static void render_launch_json(struct np_str *s, const struct np_launch *l, const char *kernel,
+                               uint64_t sid) {
     np_str_reset(s);
     json_common(s, l);
     np_str_append(s, ",\"api\":");
@@ -175,24 +183,44 @@ static void write_launch_json(struct np_output *o, const struct np_launch *l, co
         np_str_appendf(s, ",\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"shmem\":%" PRIu64,
                        l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2],
                        l->shmem);
-    np_str_appendf(s, ",\"stream\":\"0x%" PRIx64 "\",\"nested\":%s,\"stack_id\":%" PRIu64 "}\n",
+    np_str_appendf(s, ",\"stream\":\"0x%" PRIx64 "\",\"nested\":%s,\"stack_id\":%" PRIu64,
                    l->stream, l->nested ? "true" : "false", sid);
-    write_line(o, o->launches_jsonl, s);
 }
 
-void np_output_launch(struct np_output *o, const struct np_launch *l, const char *stack,
-                      const char *detailed, const char *kernel) {
+/* One more GPU leaf under a stack in merged.folded / merged.gpu_ns.folded. */
+static void add_merged(struct np_output *o, uint64_t sid, const char *leaf, uint64_t ns,
+                       bool timed) {
+    struct np_str *s = &o->line;
+    np_str_reset(s);
+    np_str_appendf(s, "%" PRIu64 ";%s", sid, leaf);
+    bump(o, &o->merged_counts, np_str_cstr(s));
+    if (timed)
+        add_to(o, &o->merged_ns, np_str_cstr(s), ns);
+}
+
+uint64_t np_output_launch(struct np_output *o, const struct np_launch *l, const char *stack,
+                          const char *detailed, const char *kernel, struct np_str *held_json) {
     uint64_t sid = stack_id(o, detailed, stack);
-    write_launch_json(o, l, kernel, sid);
+    struct np_str *s = held_json ? held_json : &o->line;
+    render_launch_json(s, l, kernel, sid);
+    if (!held_json) {
+        np_str_append(s, "}\n");
+        write_line(o, o->launches_jsonl, s);
+    }
     if (l->nested) {
         o->totals.nested++;
-        return;
+        return sid;
     }
     o->totals.launches++;
 
     char leaf[1024];
     np_sanitize_frame(leaf, sizeof(leaf), kernel, false);
-    struct np_str *s = &o->line;
+    if (!held_json) { /* no GPU records will come: the CPU side's kernel */
+        char merged_leaf[1100];
+        snprintf(merged_leaf, sizeof(merged_leaf), "[GPU_Kernel]%s", leaf);
+        add_merged(o, sid, merged_leaf, 0, false);
+    }
+    s = &o->line;
     np_str_reset(s);
     np_str_appendf(s, "%" PRIu64 ";%s", sid, leaf); /* the stack by id: a short key */
     bump(o, &o->folded_counts, np_str_cstr(s));
@@ -213,6 +241,97 @@ void np_output_launch(struct np_output *o, const struct np_launch *l, const char
     np_str_append_n(line, s->buf, s->len); /* long: copied, not formatted */
     np_str_append_n(line, "\n", 1);
     write_line(o, o->ext_folded, line);
+    return sid;
+}
+
+static const char *copy_kind_name(uint8_t kind) {
+    static const char *const names[] = {"Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA",
+                                        "AtoD",    "DtoA", "DtoD", "HtoH", "PtoP"};
+    return kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "Unknown";
+}
+
+/* The flame-graph leaf of a GPU record. */
+static void gpu_leaf(char *out, size_t size, const struct np_gpu_record *r) {
+    if (r->kind == NP_GPU_MEMCPY) {
+        snprintf(out, size, "[GPU_Memcpy]%s", copy_kind_name(r->copy_kind));
+    } else if (r->kind == NP_GPU_MEMSET) {
+        snprintf(out, size, "[GPU_Memset]");
+    } else {
+        char name[NP_WIRE_MAX_NAME + 1], safe[NP_WIRE_MAX_NAME + 1];
+        memcpy(name, r->name, r->name_len);
+        name[r->name_len] = '\0';
+        np_sanitize_frame(safe, sizeof(safe), name, false);
+        snprintf(out, size, "[GPU_Kernel]%s", safe);
+    }
+}
+
+static void gpu_record_json(struct np_str *s, const struct np_gpu_record *r) {
+    static const char *const types[] = {"", "kernel", "memcpy", "memset"};
+    np_str_appendf(s, "{\"type\":\"%s\"", types[r->kind <= NP_GPU_MEMSET ? r->kind : 0]);
+    if (r->kind == NP_GPU_KERNEL) {
+        char name[NP_WIRE_MAX_NAME + 1];
+        memcpy(name, r->name, r->name_len);
+        name[r->name_len] = '\0';
+        np_str_append(s, ",\"name\":");
+        np_json_string(s, name);
+    }
+    np_str_appendf(s,
+                   ",\"correlation_id\":%u,\"start_ns\":%" PRIu64 ",\"end_ns\":%" PRIu64
+                   ",\"device\":%u,\"context\":%u,\"stream\":%u,\"graph_id\":%u"
+                   ",\"graph_node_id\":%" PRIu64,
+                   r->correlation_id, r->start_ns, r->end_ns, r->device, r->context, r->stream,
+                   r->graph_id, r->graph_node_id);
+    if (r->kind == NP_GPU_KERNEL)
+        np_str_appendf(s, ",\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u]}", r->grid[0], r->grid[1],
+                       r->grid[2], r->block[0], r->block[1], r->block[2]);
+    else if (r->kind == NP_GPU_MEMCPY)
+        np_str_appendf(s, ",\"copy_kind\":\"%s\",\"bytes\":%" PRIu64 "}",
+                       copy_kind_name(r->copy_kind), r->bytes);
+    else
+        np_str_appendf(s, ",\"bytes\":%" PRIu64 "}", r->bytes);
+}
+
+static uint64_t gpu_ns(const struct np_gpu_record *r) {
+    return r->end_ns > r->start_ns ? r->end_ns - r->start_ns : 0;
+}
+
+void np_output_gpu_launch(struct np_output *o, const struct np_gpu_launch *gl,
+                          enum np_gpu_status status) {
+    static const char *const names[] = {"none", "matched", "pending"};
+    struct np_str *s = &o->line;
+    np_str_reset(s);
+    np_str_append(s, gl->json);
+    np_str_append(s, ",\"correlation_ids\":[");
+    for (uint32_t i = 0; i < gl->nids; i++)
+        np_str_appendf(s, "%s%u", i ? "," : "", gl->ids[i]);
+    np_str_appendf(s, "],\"gpu_status\":\"%s\",\"gpu\":[", names[status]);
+    for (uint32_t i = 0; i < gl->nrecords; i++) {
+        if (i)
+            np_str_append(s, ",");
+        gpu_record_json(s, gl->records[i]);
+    }
+    np_str_append(s, "]}\n");
+    write_line(o, o->launches_jsonl, s);
+
+    char leaf[NP_WIRE_MAX_NAME + 64];
+    if (status == NP_GPU_NONE) {
+        char safe[1024];
+        np_sanitize_frame(safe, sizeof(safe), gl->cpu_kernel, false);
+        snprintf(leaf, sizeof(leaf), "[GPU_Kernel]%s", safe);
+        add_merged(o, gl->stack_id, leaf, 0, false);
+    } else if (status == NP_GPU_PENDING) {
+        add_merged(o, gl->stack_id, "[GPU_Launch_Pending]", 0, false);
+    }
+    for (uint32_t i = 0; i < gl->nrecords; i++) {
+        gpu_leaf(leaf, sizeof(leaf), gl->records[i]);
+        add_merged(o, gl->stack_id, leaf, gpu_ns(gl->records[i]), true);
+    }
+}
+
+void np_output_gpu_unmatched(struct np_output *o, const struct np_gpu_record *r) {
+    char leaf[NP_WIRE_MAX_NAME + 64];
+    gpu_leaf(leaf, sizeof(leaf), r);
+    add_merged(o, 0, leaf, gpu_ns(r), true);
 }
 
 void np_output_nccl_op(struct np_output *o, const struct np_launch *l, const char *stack,
@@ -245,6 +364,29 @@ void np_output_flush(struct np_output *o) {
             note_error(o, -errno);
 }
 
+/* merged.folded / merged.gpu_ns.folded: "stack;LEAF WEIGHT"; stack id 0
+ * is the GPU work no launch claimed. */
+static void write_merged(struct np_output *o, const char *name, const struct np_map *m) {
+    FILE *f = open_in(o->dir, name, &o->first_error);
+    if (!f)
+        return;
+    for (size_t i = 0; i < m->cap; i++) {
+        const struct np_map_entry *e = &m->slots[i];
+        if (!e->used)
+            continue;
+        char *leaf = NULL;
+        uint64_t id = strtoull(e->skey, &leaf, 10);
+        const char *stack = id >= 1 && id < o->next_stack_id ? o->stacks[id - 1]
+                            : id == 0                        ? "[no launch stack]"
+                                                             : "";
+        if (fprintf(f, "%s%s%s %" PRIuPTR "\n", stack, *stack ? ";" : "", leaf + 1,
+                    (uintptr_t)e->value) < 0)
+            note_error(o, -errno);
+    }
+    if (fclose(f) != 0)
+        note_error(o, -errno);
+}
+
 static void write_folded(struct np_output *o) {
     FILE *f = open_in(o->dir, "launches.folded", &o->first_error);
     if (!f)
@@ -273,8 +415,11 @@ static void close_file(struct np_output *o, FILE **f) {
 int np_output_close(struct np_output *o) {
     if (!o)
         return 0;
-    if (o->dir)
+    if (o->dir) {
         write_folded(o);
+        write_merged(o, "merged.folded", &o->merged_counts);
+        write_merged(o, "merged.gpu_ns.folded", &o->merged_ns);
+    }
     close_file(o, &o->ext_folded);
     close_file(o, &o->launches_jsonl);
     close_file(o, &o->nccl_jsonl);
@@ -282,6 +427,8 @@ int np_output_close(struct np_output *o) {
     int err = o->first_error;
     np_map_free(&o->folded_counts, NULL);
     np_map_free(&o->kernel_counts, NULL);
+    np_map_free(&o->merged_counts, NULL);
+    np_map_free(&o->merged_ns, NULL);
     np_map_free(&o->stack_ids, NULL);
     for (uint64_t id = 1; id < o->next_stack_id; id++)
         free(o->stacks[id - 1]);

@@ -4,14 +4,18 @@
  *   launches.jsonl     one JSON object per launch with its decoded arguments
  *   nccl.jsonl         one JSON object per NCCL API call
  *   stacks.jsonl       the stacks the two .jsonl files refer to by stack_id
+ *   merged.folded      stacks with their GPU work as leaves: "frames;[GPU_Kernel]K COUNT"
+ *   merged.gpu_ns.folded  the same weighted by GPU nanoseconds
  * Formats are documented in docs/output-formats.md. */
 #ifndef NP_OUTPUT_H
 #define NP_OUTPUT_H
 
 #include <stdint.h>
 
+#include "correlate/gpu.h"
 #include "ingest/launch.h"
 #include "lib/hashmap.h"
+#include "lib/util.h"
 
 struct np_output;
 
@@ -27,8 +31,16 @@ int np_output_open(const char *dir, struct np_output **out);
 /* stack: the root-first native frames joined by ';' (may be ""), for the
  * folded outputs; detailed: the same with inlined frames, for stacks.jsonl
  * (stack_id refers to it). */
-void np_output_launch(struct np_output *o, const struct np_launch *l, const char *stack,
-                      const char *detailed, const char *kernel);
+uint64_t np_output_launch(struct np_output *o, const struct np_launch *l, const char *stack,
+                          const char *detailed, const char *kernel, struct np_str *held_json);
+/* With held_json, np_output_launch renders the launches.jsonl object there
+ * (without its closing brace) instead of writing it, and leaves the
+ * merged.folded counts alone: the GPU join completes the launch and hands
+ * it back here once its GPU records are in (or not), with its status. */
+void np_output_gpu_launch(struct np_output *o, const struct np_gpu_launch *gl,
+                          enum np_gpu_status status);
+/* GPU work no launch claimed: under "[no launch stack]" in merged.*. */
+void np_output_gpu_unmatched(struct np_output *o, const struct np_gpu_record *r);
 void np_output_nccl_op(struct np_output *o, const struct np_launch *l, const char *stack,
                        const char *detailed);
 /* Flushes everything written so far (stream files stay usable). */

@@ -11,6 +11,8 @@
 
 #include "attach/attach.h"
 #include "attach/target.h"
+#include "correlate/gpu.h"
+#include "ingest/gpu_socket.h"
 #include "ingest/ingest.h"
 #include "writers/json.h"
 #include "writers/output.h"
@@ -41,6 +43,8 @@ static const char *role_name(const struct np_probe_site *site) {
         return "handle";
     case NP_ROLE_LOADER:
         return "loader";
+    case NP_ROLE_MARKER:
+        return "marker";
     default:
         return "launch";
     }
@@ -99,6 +103,20 @@ static cJSON *target_json(const struct np_target *t) {
         add_text(py, "offsets_from",
                  t->python.layout.from_debug_offsets ? "_Py_DebugOffsets" : "table");
     }
+    if (t->gpu_marker) {
+        static const char *const states[] = {"active", "cupti_busy", "cupti_failed"};
+        cJSON *g = cJSON_AddObjectToObject(o, "cupti");
+        add_text(g, "status",
+                 !t->gpu_hello ? "no_connection" : states[t->gpu_status < 3 ? t->gpu_status : 2]);
+        add_text(g, "message", t->gpu_message);
+        const struct np_wire_stats *st = &t->gpu_stats;
+        add_u64(g, "records_sent", st->records_sent);
+        add_u64(g, "dropped_by_cupti", st->dropped_by_cupti);
+        add_u64(g, "dropped_queue_full", st->dropped_queue_full);
+        add_u64(g, "dropped_no_daemon", st->dropped_no_daemon);
+        add_u64(g, "dropped_no_buffer", st->dropped_no_buffer);
+        add_u64(g, "records_unknown", st->records_unknown);
+    }
     cJSON *libs = cJSON_AddArrayToObject(o, "libraries");
     for (size_t i = 0; i < t->nlibs; i++) {
         const struct np_library *l = &t->libs[i];
@@ -146,11 +164,42 @@ static cJSON *totals_json(const struct np_summary *s) {
     add_u64(o, "python_threads_without_state", c[NP_CNT_PY_NO_THREAD]);
     add_u64(o, "python_read_errors", c[NP_CNT_PY_ERRORS]);
     add_u64(o, "python_truncated", c[NP_CNT_PY_TRUNCATED]);
+    add_u64(o, "cupti_markers", s->ingest->marker_events);
+    add_u64(o, "cupti_markers_dropped", c[NP_CNT_MARKER_DROPPED]);
     add_u64(o, "foreign_hits", c[NP_CNT_FOREIGN_HITS]);
     add_u64(o, "malformed_records", s->ingest->malformed);
     add_u64(o, "records_from_unknown_source", s->ingest->unknown_source);
     add_u64(o, "launches_without_symbols", s->ingest->unsymbolized);
     add_u64(o, "write_errors", ot->write_errors);
+    return o;
+}
+
+static cJSON *gpu_json(const struct np_summary *s) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddBoolToObject(o, "listening", s->gpu_server != NULL);
+    add_text(o, "socket", s->gpu_socket ? s->gpu_socket : "");
+    if (s->gpu_join) {
+        const struct np_gpu_counters *c = s->gpu_join;
+        add_u64(o, "launches_held", c->launches_held);
+        add_u64(o, "launches_matched", c->launches_matched);
+        add_u64(o, "launches_pending", c->launches_pending);
+        add_u64(o, "launches_evicted", c->launches_evicted);
+        add_u64(o, "markers", c->markers);
+        add_u64(o, "markers_unpaired", c->markers_unpaired);
+        add_u64(o, "records", c->records);
+        add_u64(o, "records_matched", c->records_matched);
+        add_u64(o, "records_unmatched", c->records_unmatched);
+    }
+    if (s->gpu_server) {
+        const struct np_gpu_server_stats *st = s->gpu_server;
+        add_u64(o, "clients_accepted", st->clients_accepted);
+        add_u64(o, "clients_rejected", st->clients_rejected);
+        cJSON *why = cJSON_AddObjectToObject(o, "rejected");
+        for (int r = 0; r < NP_REJECT_MAX; r++)
+            add_u64(why, np_reject_reason_name((enum np_reject_reason)r), st->rejected[r]);
+        add_u64(o, "frames", st->frames);
+        add_u64(o, "records_ignored", st->records_ignored);
+    }
     return o;
 }
 
@@ -234,6 +283,7 @@ int np_summary_write(const char *path, const struct np_summary *s) {
         cJSON_AddItemToArray(probes, probe_json(s, &s->attacher->sites[i]));
     cJSON_AddItemToObject(root, "launches_by_api", launches_by_api(s));
     cJSON_AddItemToObject(root, "launches_by_kernel", kernels_json(s->out));
+    cJSON_AddItemToObject(root, "gpu", gpu_json(s));
 
     char *text = cJSON_Print(root);
     cJSON_Delete(root);

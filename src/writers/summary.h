@@ -9,6 +9,8 @@
 #include "ncclprobe/events.h"
 
 struct np_attacher;
+struct np_gpu_counters;
+struct np_gpu_server_stats;
 struct np_ingest_stats;
 struct np_unwind_stats;
 struct np_output;
@@ -30,6 +32,9 @@ struct np_summary {
     const char *unwind_mode;
     uint32_t stack_bytes;
     const struct np_output *out;
+    const struct np_gpu_server_stats *gpu_server; /* NULL: not listening */
+    const struct np_gpu_counters *gpu_join;
+    const char *gpu_socket;
 };
 
 int np_summary_write(const char *path, const struct np_summary *s);

@@ -1,0 +1,96 @@
+/* gpu.h - the exact launch <-> GPU join of a recording, streaming.
+ *
+ *   launch event (BPF, thread T)  ->  opens T's launch
+ *   marker (BPF, thread T, id C)  ->  C belongs to T's open launch
+ *   GPU record (socket, id C)     ->  appended to the launch that owns C
+ *
+ * A launch can own several ids (a runtime call and the driver call inside
+ * it) and an id many records (every kernel of a CUDA graph launch). A launch
+ * retires - handed to the writer - once its records stop coming (linger) or,
+ * with none, after the timeout ([GPU_Launch_Pending]). Memory is bounded:
+ * at most max_pending launches wait, the oldest retires early beyond that;
+ * records whose id no launch claims wait `timeout` and are then written
+ * without a launch stack. Times are CLOCK_MONOTONIC ns.
+ */
+#ifndef NP_CORRELATE_GPU_H
+#define NP_CORRELATE_GPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ncclprobe/gpu_wire.h"
+
+#define NP_GPU_MAX_IDS 4
+
+enum np_gpu_status {
+    NP_GPU_NONE = 0, /* the process gives no GPU records (no CUPTI library, or it stayed out) */
+    NP_GPU_MATCHED,  /* records arrived */
+    NP_GPU_PENDING,  /* none arrived within the timeout */
+};
+
+struct np_gpu_launch {
+    uint32_t pid, tid;
+    uint64_t ts_ns;    /* the CPU-side launch time */
+    uint64_t stack_id; /* the writer's id of the launch's stack */
+    char *json;        /* the launch's launches.jsonl object, without its closing brace */
+    char *cpu_kernel;  /* the kernel name the CPU side knows */
+    uint32_t ids[NP_GPU_MAX_IDS];
+    uint32_t nids;
+    uint8_t domains_seen; /* CUPTI callback domains that named an id (bit = domain) */
+    bool accepts_runtime; /* a runtime-API launch: runtime callbacks belong to it too */
+    struct np_gpu_record **records;
+    uint32_t nrecords, records_cap;
+    uint64_t added_ns, last_record_ns;
+    struct np_gpu_launch *prev, *next; /* age order */
+};
+
+struct np_gpu_counters {
+    uint64_t launches_held;     /* launches that waited for GPU records */
+    uint64_t launches_matched;  /* ... and got at least one */
+    uint64_t launches_pending;  /* ... and got none ([GPU_Launch_Pending]) */
+    uint64_t launches_evicted;  /* retired early: more than max_pending waiting */
+    uint64_t markers;           /* correlation markers received */
+    uint64_t markers_unpaired;  /* with no open launch on their thread */
+    uint64_t records;           /* GPU records received */
+    uint64_t records_matched;   /* joined to a launch */
+    uint64_t records_unmatched; /* no launch claimed their id in time */
+};
+
+struct np_gpu_ops {
+    void *ctx;
+    void (*retire)(void *ctx, const struct np_gpu_launch *l, enum np_gpu_status status);
+    /* A record no launch claimed (its launch was not probed, or came before). */
+    void (*unmatched)(void *ctx, uint32_t pid, const struct np_gpu_record *r);
+};
+
+struct np_gpu_join;
+
+struct np_gpu_join *np_gpu_join_new(const struct np_gpu_ops *ops, uint64_t linger_ns,
+                                    uint64_t timeout_ns, uint64_t max_pending);
+void np_gpu_join_free(struct np_gpu_join *j);
+
+/* A launch of a process whose library will send records: held until they
+ * come. Takes copies of json and cpu_kernel. -ENOMEM: retired at once. */
+int np_gpu_join_launch(struct np_gpu_join *j, uint32_t pid, uint32_t tid, uint64_t ts_ns,
+                       uint64_t stack_id, const char *json, const char *cpu_kernel,
+                       bool runtime_api, uint64_t now);
+/* A CUPTI callback (domain 1 driver, 2 runtime) on thread tid named id. It
+ * belongs to the thread's open launch when that launch can contain it: one
+ * id per domain (a runtime call and the driver call it makes), runtime ids
+ * only for runtime launches. Anything else was a launch we do not probe. */
+void np_gpu_join_marker(struct np_gpu_join *j, uint32_t pid, uint32_t tid, uint32_t id,
+                        uint32_t domain, uint64_t now);
+void np_gpu_join_record(struct np_gpu_join *j, uint32_t pid, const struct np_gpu_record *r,
+                        uint64_t now);
+/* Retires what is due at `now`. */
+void np_gpu_join_tick(struct np_gpu_join *j, uint64_t now);
+/* Nothing more will come from pid (its library disconnected, or stayed out):
+ * its launches retire now, with what they have (status_if_none when none). */
+void np_gpu_join_finish_pid(struct np_gpu_join *j, uint32_t pid, enum np_gpu_status status_if_none);
+/* Retires everything (end of recording). */
+void np_gpu_join_finish_all(struct np_gpu_join *j);
+size_t np_gpu_join_waiting(const struct np_gpu_join *j);
+const struct np_gpu_counters *np_gpu_join_counters(const struct np_gpu_join *j);
+
+#endif

@@ -1,0 +1,183 @@
+/* activity.c - CUPTI activity buffers of libncclprobe_cupti.so: hands CUPTI
+ * host buffers (bounded in number), and turns each completed buffer into
+ * wire frames of struct np_gpu_record (gpu_wire.h) for the sink. Only the
+ * fields the daemon uses are copied, so CUPTI's struct versions stay here. */
+#define _GNU_SOURCE
+#include "cupti/activity.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cupti/sink.h"
+#include "ncclprobe/gpu_wire.h"
+
+#define BUFFER_SIZE (1u << 20) /* ~4800 kernel records */
+#define MAX_BUFFERS 64         /* CUPTI drops (and counts) beyond this */
+#define FRAME_SIZE (256u << 10)
+
+static const struct np_cupti_api *cupti;
+static int buffers_out;
+
+void np_activity_init(const struct np_cupti_api *api) {
+    cupti = api;
+}
+
+void CUPTIAPI np_activity_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+    *buffer = NULL;
+    *size = 0;
+    *max_records = 0; /* fill the buffer */
+    if (__atomic_add_fetch(&buffers_out, 1, __ATOMIC_RELAXED) > MAX_BUFFERS) {
+        __atomic_sub_fetch(&buffers_out, 1, __ATOMIC_RELAXED);
+        np_sink_count(&np_sink_counters()->dropped_no_buffer, 1);
+        return;
+    }
+    void *buf = aligned_alloc(8, BUFFER_SIZE);
+    if (!buf) {
+        __atomic_sub_fetch(&buffers_out, 1, __ATOMIC_RELAXED);
+        np_sink_count(&np_sink_counters()->dropped_no_buffer, 1);
+        return;
+    }
+    *buffer = buf;
+    *size = BUFFER_SIZE;
+}
+
+/* Room for one more record of name_len in the current frame, a new frame
+ * (the full one submitted) if not. NULL when out of memory. */
+static struct np_gpu_record *next_record(struct np_frame **frame, uint32_t name_len) {
+    uint32_t size = np_gpu_record_size(name_len);
+    if (*frame && (*frame)->len + size > (*frame)->cap) {
+        np_sink_submit(*frame);
+        *frame = NULL;
+    }
+    if (!*frame)
+        *frame = np_frame_new(FRAME_SIZE);
+    if (!*frame)
+        return NULL;
+    struct np_gpu_record *r = (struct np_gpu_record *)((*frame)->data + (*frame)->len);
+    memset(r, 0, size);
+    r->size = (uint16_t)size;
+    r->name_len = (uint16_t)name_len;
+    (*frame)->len += size;
+    (*frame)->count++;
+    return r;
+}
+
+static uint32_t name_length(const char *name) {
+    size_t n = name ? strlen(name) : 0;
+    return n > NP_WIRE_MAX_NAME ? NP_WIRE_MAX_NAME : (uint32_t)n;
+}
+
+static void add_kernel(struct np_frame **frame, const CUpti_ActivityKernel10 *k) {
+    uint32_t n = name_length(k->name);
+    struct np_gpu_record *r = next_record(frame, n);
+    if (!r)
+        return;
+    r->kind = NP_GPU_KERNEL;
+    r->correlation_id = k->correlationId;
+    r->start_ns = k->start;
+    r->end_ns = k->end;
+    r->device = k->deviceId;
+    r->context = k->contextId;
+    r->stream = k->streamId;
+    r->graph_id = k->graphId;
+    r->graph_node_id = k->graphNodeId;
+    r->grid[0] = (uint32_t)k->gridX, r->grid[1] = (uint32_t)k->gridY;
+    r->grid[2] = (uint32_t)k->gridZ;
+    r->block[0] = (uint32_t)k->blockX, r->block[1] = (uint32_t)k->blockY;
+    r->block[2] = (uint32_t)k->blockZ;
+    memcpy(r->name, k->name, n);
+}
+
+static void add_memcpy(struct np_frame **frame, const CUpti_ActivityMemcpy6 *m) {
+    struct np_gpu_record *r = next_record(frame, 0);
+    if (!r)
+        return;
+    r->kind = NP_GPU_MEMCPY;
+    r->copy_kind = m->copyKind;
+    /* the driver API's id; a runtime call's own id when only that is set */
+    r->correlation_id = m->correlationId ? m->correlationId : m->runtimeCorrelationId;
+    r->start_ns = m->start;
+    r->end_ns = m->end;
+    r->device = m->deviceId;
+    r->context = m->contextId;
+    r->stream = m->streamId;
+    r->graph_id = m->graphId;
+    r->graph_node_id = m->graphNodeId;
+    r->bytes = m->bytes;
+}
+
+static void add_memset(struct np_frame **frame, const CUpti_ActivityMemset4 *m) {
+    struct np_gpu_record *r = next_record(frame, 0);
+    if (!r)
+        return;
+    r->kind = NP_GPU_MEMSET;
+    r->correlation_id = m->correlationId;
+    r->start_ns = m->start;
+    r->end_ns = m->end;
+    r->device = m->deviceId;
+    r->context = m->contextId;
+    r->stream = m->streamId;
+    r->graph_id = m->graphId;
+    r->graph_node_id = m->graphNodeId;
+    r->bytes = m->bytes;
+}
+
+static void add_api(struct np_frame **frame, const CUpti_ActivityAPI *a, bool runtime) {
+    const char *name = np_launch_api_name(runtime, a->cbid);
+    uint32_t n = name_length(name);
+    struct np_gpu_record *r = next_record(frame, n);
+    if (!r)
+        return;
+    r->kind = runtime ? NP_GPU_API_RUNTIME : NP_GPU_API_DRIVER;
+    r->correlation_id = a->correlationId;
+    r->start_ns = a->start;
+    r->end_ns = a->end;
+    r->cbid = a->cbid;
+    r->thread_id = a->threadId;
+    memcpy(r->name, name, n);
+}
+
+static void add_record(struct np_frame **frame, const CUpti_Activity *rec) {
+    switch (rec->kind) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+        add_kernel(frame, (const CUpti_ActivityKernel10 *)rec);
+        break;
+    case CUPTI_ACTIVITY_KIND_MEMCPY:
+        add_memcpy(frame, (const CUpti_ActivityMemcpy6 *)rec);
+        break;
+    case CUPTI_ACTIVITY_KIND_MEMSET:
+        add_memset(frame, (const CUpti_ActivityMemset4 *)rec);
+        break;
+    case CUPTI_ACTIVITY_KIND_RUNTIME:
+        add_api(frame, (const CUpti_ActivityAPI *)rec, true);
+        break;
+    case CUPTI_ACTIVITY_KIND_DRIVER:
+        add_api(frame, (const CUpti_ActivityAPI *)rec, false);
+        break;
+    default:
+        np_sink_count(&np_sink_counters()->records_unknown, 1);
+        break;
+    }
+}
+
+void CUPTIAPI np_activity_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
+                                           size_t size, size_t valid_size) {
+    (void)ctx, (void)stream_id, (void)size;
+    struct np_frame *frame = NULL;
+    CUpti_Activity *rec = NULL;
+    while (buffer && cupti &&
+           cupti->ActivityGetNextRecord(buffer, valid_size, &rec) == CUPTI_SUCCESS)
+        add_record(&frame, rec);
+    if (frame && frame->count)
+        np_sink_submit(frame);
+    else
+        free(frame);
+    size_t dropped = 0;
+    if (cupti && cupti->ActivityGetNumDroppedRecords(NULL, 0, &dropped) == CUPTI_SUCCESS && dropped)
+        np_sink_count(&np_sink_counters()->dropped_by_cupti, dropped);
+    if (buffer) {
+        free(buffer);
+        __atomic_sub_fetch(&buffers_out, 1, __ATOMIC_RELAXED);
+    }
+}

@@ -1,0 +1,351 @@
+/* gpu_socket.c - the Unix socket the CUPTI library streams GPU records to
+ * (see gpu_socket.h). Each client gets a frame buffer of NP_WIRE_MAX_FRAME
+ * bytes; a frame is checked whole before any of its records is used. */
+#define _GNU_SOURCE
+#include "ingest/gpu_socket.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "lib/util.h"
+
+struct client {
+    int fd;
+    pid_t pid;    /* the peer, as the kernel says (our pid namespace) */
+    pid_t ns_pid; /* the same process in its own pid namespace */
+    bool hello_ok;
+    uint8_t *buf;
+    size_t len;
+    struct client *next;
+};
+
+struct np_gpu_server {
+    int listen_fd, epfd;
+    char path[108];
+    struct np_gpu_server_ops ops;
+    struct client *clients;
+    struct np_gpu_server_stats stats;
+};
+
+static const char *const reject_names[NP_REJECT_MAX] = {
+    [NP_REJECT_BAD_MAGIC] = "bad_magic",   [NP_REJECT_BAD_VERSION] = "bad_version",
+    [NP_REJECT_OVERSIZED] = "oversized",   [NP_REJECT_TRUNCATED] = "truncated",
+    [NP_REJECT_NO_HELLO] = "no_hello",     [NP_REJECT_PID_MISMATCH] = "pid_mismatch",
+    [NP_REJECT_NOT_TRACED] = "not_traced", [NP_REJECT_BAD_RECORD] = "bad_record",
+    [NP_REJECT_BAD_TYPE] = "bad_type",
+};
+
+const char *np_reject_reason_name(enum np_reject_reason r) {
+    return r < NP_REJECT_MAX ? reject_names[r] : "?";
+}
+
+static int make_parent_dir(const char *path) {
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir)
+        return 0;
+    *slash = '\0';
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+/* A socket file nobody listens on is left over from a crash: replace it. */
+static int claim_path(const char *path) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+    int live = connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0;
+    close(fd);
+    if (live)
+        return -EADDRINUSE;
+    if (unlink(path) < 0 && errno != ENOENT)
+        return -errno;
+    return 0;
+}
+
+int np_gpu_server_open(const char *path, const struct np_gpu_server_ops *ops,
+                       struct np_gpu_server **out) {
+    if (strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path))
+        return -ENAMETOOLONG;
+    struct np_gpu_server *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->listen_fd = s->epfd = -1;
+    s->ops = *ops;
+    snprintf(s->path, sizeof(s->path), "%s", path);
+    int err = make_parent_dir(path);
+    if (!err)
+        err = claim_path(path);
+    if (!err && (s->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
+        err = -errno;
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+    if (!err && bind(s->listen_fd, (struct sockaddr *)&addr, sizeof(addr)) < 0)
+        err = -errno;
+    if (!err && (chmod(path, 0666) < 0 || listen(s->listen_fd, 64) < 0))
+        err = -errno;
+    if (!err && (s->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
+        err = -errno;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+    if (!err && epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev) < 0)
+        err = -errno;
+    if (err) {
+        if (s->listen_fd >= 0)
+            unlink(path);
+        s->path[0] = '\0';
+        np_gpu_server_close(s);
+        return err;
+    }
+    *out = s;
+    return 0;
+}
+
+int np_gpu_server_fd(const struct np_gpu_server *s) {
+    return s->epfd;
+}
+
+const struct np_gpu_server_stats *np_gpu_server_stats(const struct np_gpu_server *s) {
+    return &s->stats;
+}
+
+/* The pid a process sees for itself: the last NSpid field. */
+static pid_t namespace_pid(pid_t pid) {
+    char path[64], *text = NULL;
+    size_t len;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    if (np_read_file(path, &text, &len) < 0)
+        return pid;
+    pid_t ns = pid;
+    const char *line = strstr(text, "\nNSpid:");
+    if (line) {
+        line += strlen("\nNSpid:");
+        char *end;
+        for (;;) {
+            long v = strtol(line, &end, 10);
+            if (end == line)
+                break;
+            ns = (pid_t)v;
+            line = end;
+        }
+    }
+    free(text);
+    return ns;
+}
+
+static void drop_client(struct np_gpu_server *s, struct client *c) {
+    for (struct client **p = &s->clients; *p; p = &(*p)->next) {
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    }
+    epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    if (c->hello_ok && s->ops.on_close)
+        s->ops.on_close(s->ops.ctx, c->pid);
+    free(c->buf);
+    free(c);
+}
+
+static void reject(struct np_gpu_server *s, struct client *c, enum np_reject_reason why) {
+    s->stats.rejected[why]++;
+    s->stats.clients_rejected++;
+    np_debug("CUPTI client pid %d rejected: %s", (int)c->pid, np_reject_reason_name(why));
+    drop_client(s, c);
+}
+
+static void accept_clients(struct np_gpu_server *s) {
+    for (;;) {
+        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0)
+            return;
+        struct ucred cred;
+        socklen_t len = sizeof(cred);
+        struct client *c = calloc(1, sizeof(*c));
+        if (c)
+            c->buf = malloc(NP_WIRE_MAX_FRAME);
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+        if (!c || !c->buf || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
+            epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+            if (c)
+                free(c->buf);
+            free(c);
+            close(fd);
+            continue;
+        }
+        c->fd = fd;
+        c->pid = cred.pid;
+        c->ns_pid = namespace_pid(cred.pid);
+        c->next = s->clients;
+        s->clients = c;
+    }
+}
+
+static int handle_hello(struct np_gpu_server *s, struct client *c, const struct np_wire_header *h) {
+    if (h->size != sizeof(struct np_wire_hello))
+        return NP_REJECT_BAD_RECORD;
+    if ((pid_t)h->pid != c->pid && (pid_t)h->pid != c->ns_pid)
+        return NP_REJECT_PID_MISMATCH;
+    if (!s->ops.is_traced(s->ops.ctx, c->pid))
+        return NP_REJECT_NOT_TRACED;
+    struct np_wire_hello hello;
+    memcpy(&hello, h, sizeof(hello));
+    hello.message[sizeof(hello.message) - 1] = '\0';
+    c->hello_ok = true;
+    s->stats.clients_accepted++;
+    if (s->ops.on_hello)
+        s->ops.on_hello(s->ops.ctx, c->pid, &hello);
+    return -1;
+}
+
+static bool record_ok(const struct np_gpu_record *r, size_t room) {
+    return room >= NP_GPU_RECORD_FIXED && r->size >= NP_GPU_RECORD_FIXED && r->size % 8 == 0 &&
+           r->size <= room && r->name_len <= NP_WIRE_MAX_NAME &&
+           r->name_len <= r->size - NP_GPU_RECORD_FIXED && r->kind >= NP_GPU_KERNEL &&
+           r->kind <= NP_GPU_API_DRIVER;
+}
+
+/* Checks every record of the frame first: a bad frame delivers nothing. */
+static int handle_activity(struct np_gpu_server *s, struct client *c, const uint8_t *frame,
+                           uint32_t size) {
+    const struct np_wire_activity *a = (const void *)frame;
+    if (size < sizeof(*a))
+        return NP_REJECT_BAD_RECORD;
+    size_t off = sizeof(*a);
+    for (uint32_t i = 0; i < a->count; i++) {
+        const struct np_gpu_record *r = (const void *)(frame + off);
+        if (!record_ok(r, size - off))
+            return NP_REJECT_BAD_RECORD;
+        off += r->size;
+    }
+    if (off != size)
+        return NP_REJECT_BAD_RECORD;
+    s->stats.frames++;
+    for (off = sizeof(*a); off < size;) {
+        const struct np_gpu_record *r = (const void *)(frame + off);
+        off += r->size;
+        s->stats.records++;
+        if (r->kind > NP_GPU_MEMSET) { /* API records: the trace file's, not ours */
+            s->stats.records_ignored++;
+            continue;
+        }
+        s->ops.on_record(s->ops.ctx, c->pid, r);
+    }
+    return -1;
+}
+
+/* -1: frame used; else the reason to reject the client. */
+static int handle_frame(struct np_gpu_server *s, struct client *c, const uint8_t *frame) {
+    const struct np_wire_header *h = (const void *)frame;
+    if (h->type == NP_WIRE_HELLO)
+        return c->hello_ok ? NP_REJECT_BAD_TYPE : handle_hello(s, c, h);
+    if (!c->hello_ok)
+        return NP_REJECT_NO_HELLO;
+    switch (h->type) {
+    case NP_WIRE_ACTIVITY:
+        return handle_activity(s, c, frame, h->size);
+    case NP_WIRE_STATS:
+        if (h->size != sizeof(struct np_wire_stats))
+            return NP_REJECT_BAD_RECORD;
+        if (s->ops.on_stats)
+            s->ops.on_stats(s->ops.ctx, c->pid, (const struct np_wire_stats *)frame);
+        return -1;
+    default:
+        return NP_REJECT_BAD_TYPE;
+    }
+}
+
+/* Frames complete in the buffer; -1 or a reject reason. */
+static int parse_frames(struct np_gpu_server *s, struct client *c) {
+    size_t off = 0;
+    while (c->len - off >= sizeof(struct np_wire_header)) {
+        const struct np_wire_header *h = (const void *)(c->buf + off);
+        if (h->magic != NP_WIRE_MAGIC)
+            return NP_REJECT_BAD_MAGIC;
+        if (h->version != NP_WIRE_VERSION)
+            return NP_REJECT_BAD_VERSION;
+        if (h->size > NP_WIRE_MAX_FRAME)
+            return NP_REJECT_OVERSIZED;
+        if (h->size < sizeof(*h))
+            return NP_REJECT_BAD_RECORD;
+        if (c->len - off < h->size)
+            break;
+        if (off) { /* frames are parsed at the buffer's (aligned) start */
+            memmove(c->buf, c->buf + off, c->len - off);
+            c->len -= off;
+            off = 0;
+        }
+        int why = handle_frame(s, c, c->buf);
+        if (why >= 0)
+            return why;
+        off = h->size;
+    }
+    memmove(c->buf, c->buf + off, c->len - off);
+    c->len -= off;
+    return -1;
+}
+
+static void read_client(struct np_gpu_server *s, struct client *c) {
+    for (;;) {
+        ssize_t n = recv(c->fd, c->buf + c->len, NP_WIRE_MAX_FRAME - c->len, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n <= 0) { /* closed: a frame cut short is the client's fault */
+            if (c->len > 0)
+                reject(s, c, NP_REJECT_TRUNCATED);
+            else
+                drop_client(s, c);
+            return;
+        }
+        c->len += (size_t)n;
+        int why = parse_frames(s, c);
+        if (why >= 0) {
+            reject(s, c, (enum np_reject_reason)why);
+            return;
+        }
+    }
+}
+
+void np_gpu_server_poll(struct np_gpu_server *s) {
+    struct epoll_event evs[32];
+    int n;
+    while ((n = epoll_wait(s->epfd, evs, 32, 0)) > 0) {
+        for (int i = 0; i < n; i++) {
+            struct client *c = evs[i].data.ptr;
+            if (!c)
+                accept_clients(s);
+            else
+                read_client(s, c);
+        }
+        if (n < 32)
+            break;
+    }
+}
+
+void np_gpu_server_close(struct np_gpu_server *s) {
+    if (!s)
+        return;
+    while (s->clients)
+        drop_client(s, s->clients);
+    if (s->listen_fd >= 0)
+        close(s->listen_fd);
+    if (s->epfd >= 0)
+        close(s->epfd);
+    if (s->path[0])
+        unlink(s->path);
+    free(s);
+}

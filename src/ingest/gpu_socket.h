@@ -1,0 +1,63 @@
+/* gpu_socket.h - the daemon's end of the CUPTI library's socket: accepts
+ * the traced processes' libncclprobe_cupti.so, checks who they are (the
+ * kernel's peer credentials, not what they claim), validates every frame of
+ * gpu_wire.h and hands GPU records on. A client that sends anything
+ * malformed is disconnected and counted by reason; the others go on. */
+#ifndef NP_GPU_SOCKET_H
+#define NP_GPU_SOCKET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "ncclprobe/gpu_wire.h"
+
+enum np_reject_reason {
+    NP_REJECT_BAD_MAGIC,
+    NP_REJECT_BAD_VERSION,
+    NP_REJECT_OVERSIZED,
+    NP_REJECT_TRUNCATED,
+    NP_REJECT_NO_HELLO,
+    NP_REJECT_PID_MISMATCH,
+    NP_REJECT_NOT_TRACED,
+    NP_REJECT_BAD_RECORD,
+    NP_REJECT_BAD_TYPE,
+    NP_REJECT_MAX
+};
+
+struct np_gpu_server_stats {
+    uint64_t clients_accepted; /* connections whose hello was accepted */
+    uint64_t clients_rejected; /* sum of rejected[] */
+    uint64_t rejected[NP_REJECT_MAX];
+    uint64_t frames, records;
+    uint64_t records_ignored; /* API records (file mode only) and unknown kinds */
+};
+
+struct np_gpu_server_ops {
+    void *ctx;
+    /* Is this (host) pid traced? Clients of other processes are refused. */
+    bool (*is_traced)(void *ctx, pid_t pid);
+    void (*on_hello)(void *ctx, pid_t pid, const struct np_wire_hello *hello);
+    void (*on_record)(void *ctx, pid_t pid, const struct np_gpu_record *rec);
+    void (*on_stats)(void *ctx, pid_t pid, const struct np_wire_stats *stats);
+    /* The process's library closed its connection: nothing more will come. */
+    void (*on_close)(void *ctx, pid_t pid);
+};
+
+struct np_gpu_server;
+
+/* Listens on path (its directory is created 0755; a stale socket file is
+ * replaced, a live one - another ncclprobe - is -EADDRINUSE). The socket is
+ * 0666: traced programs run as any user; who they are is checked per peer. */
+int np_gpu_server_open(const char *path, const struct np_gpu_server_ops *ops,
+                       struct np_gpu_server **out);
+/* One fd to poll for everything the server waits on. */
+int np_gpu_server_fd(const struct np_gpu_server *s);
+/* Accepts and reads whatever is ready, without blocking. */
+void np_gpu_server_poll(struct np_gpu_server *s);
+const struct np_gpu_server_stats *np_gpu_server_stats(const struct np_gpu_server *s);
+const char *np_reject_reason_name(enum np_reject_reason r);
+/* Closes every client (on_close for each) and removes the socket file. */
+void np_gpu_server_close(struct np_gpu_server *s);
+
+#endif
