@@ -267,30 +267,31 @@ static int handle_frame(struct np_gpu_server *s, struct client *c, const uint8_t
     }
 }
 
-/* Frames complete in the buffer; -1 or a reject reason. */
+/* Frames complete in the buffer; -1 or a reject reason. Each frame is
+ * moved to the buffer's (aligned) start before it is parsed. */
 static int parse_frames(struct np_gpu_server *s, struct client *c) {
     size_t off = 0;
     while (c->len - off >= sizeof(struct np_wire_header)) {
-        const struct np_wire_header *h = (const void *)(c->buf + off);
-        if (h->magic != NP_WIRE_MAGIC)
+        struct np_wire_header h;
+        memcpy(&h, c->buf + off, sizeof(h));
+        if (h.magic != NP_WIRE_MAGIC)
             return NP_REJECT_BAD_MAGIC;
-        if (h->version != NP_WIRE_VERSION)
+        if (h.version != NP_WIRE_VERSION)
             return NP_REJECT_BAD_VERSION;
-        if (h->size > NP_WIRE_MAX_FRAME)
+        if (h.size > NP_WIRE_MAX_FRAME)
             return NP_REJECT_OVERSIZED;
-        if (h->size < sizeof(*h))
+        if (h.size < sizeof(h))
             return NP_REJECT_BAD_RECORD;
-        if (c->len - off < h->size)
+        if (c->len - off < h.size)
             break;
-        if (off) { /* frames are parsed at the buffer's (aligned) start */
+        if (off) {
             memmove(c->buf, c->buf + off, c->len - off);
             c->len -= off;
-            off = 0;
         }
         int why = handle_frame(s, c, c->buf);
         if (why >= 0)
             return why;
-        off = h->size;
+        off = h.size;
     }
     memmove(c->buf, c->buf + off, c->len - off);
     c->len -= off;

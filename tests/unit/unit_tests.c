@@ -12,6 +12,7 @@
 #include "attach/elfscan.h"
 #include "attach/procmaps.h"
 #include "attach/target.h"
+#include "correlate/gpu.h"
 #include "ingest/launch.h"
 #include "lib/hashmap.h"
 #include "lib/util.h"
@@ -214,10 +215,10 @@ static void test_writers(void) {
     np_launch_decode(&e, np_probe_def_by_symbol("cudaLaunchKernel"), &l);
     const char *stack = "main;fn<\"&'>;caf\xc3\xa9\xff";
     for (int i = 0; i < 3; i++)
-        np_output_launch(o, &l, stack, stack, "k;er\nnel");
+        np_output_launch(o, &l, stack, stack, "k;er\nnel", NULL);
     np_launch_decode(&e, np_probe_def_by_symbol("cuLaunchKernel"), &l);
     l.nested = true;
-    np_output_launch(o, &l, stack, stack, "inner");
+    np_output_launch(o, &l, stack, stack, "inner", NULL);
     CHECK(np_output_totals(o)->launches == 3 && np_output_totals(o)->nested == 1);
     CHECK(np_output_close(o) == 0);
 
@@ -275,6 +276,117 @@ static void test_py_short_filename(void) {
         check_str(np_py_short_filename(cases[i].in), cases[i].out, cases[i].in);
 }
 
+/* Deleting keys keeps every other key reachable (backward shift). */
+static void test_hashmap_delete(void) {
+    struct np_map m;
+    np_map_init(&m);
+    enum { N = 5000 };
+    for (uint64_t k = 1; k <= N; k++)
+        CHECK(np_map_put_u64(&m, k * 7919, (void *)(uintptr_t)k) == 0);
+    for (uint64_t k = 1; k <= N; k += 2)
+        CHECK(np_map_del_u64(&m, k * 7919) == (void *)(uintptr_t)k);
+    CHECK(np_map_del_u64(&m, 3 * 7919) == NULL);
+    CHECK(m.count == N / 2);
+    int ok = 1;
+    for (uint64_t k = 1; k <= N; k++) {
+        void *v = np_map_get_u64(&m, k * 7919);
+        ok &= (k % 2) ? v == NULL : v == (void *)(uintptr_t)k;
+    }
+    CHECK(ok);
+    np_map_free(&m, NULL);
+}
+
+/* What the GPU join hands on, recorded for the checks below. */
+struct joined {
+    int n;
+    uint64_t stack[16];
+    int status[16], nrecords[16];
+    uint32_t unmatched;
+};
+
+static void on_retire(void *ctx, const struct np_gpu_launch *l, enum np_gpu_status status) {
+    struct joined *j = ctx;
+    if (j->n < 16) {
+        j->stack[j->n] = l->stack_id;
+        j->status[j->n] = status;
+        j->nrecords[j->n] = (int)l->nrecords;
+    }
+    j->n++;
+}
+
+static void on_unmatched(void *ctx, uint32_t pid, const struct np_gpu_record *r) {
+    (void)pid, (void)r;
+    ((struct joined *)ctx)->unmatched++;
+}
+
+static struct np_gpu_record kernel_record(uint32_t id) {
+    struct np_gpu_record r;
+    memset(&r, 0, sizeof(r));
+    r.size = (uint16_t)np_gpu_record_size(0);
+    r.kind = NP_GPU_KERNEL;
+    r.correlation_id = id;
+    r.start_ns = 100, r.end_ns = 250;
+    return r;
+}
+
+static void test_gpu_join(void) {
+    struct joined got = {0};
+    struct np_gpu_ops ops = {.ctx = &got, .retire = on_retire, .unmatched = on_unmatched};
+    const uint64_t ms = 1000000;
+    struct np_gpu_join *j = np_gpu_join_new(&ops, 10 * ms, 100 * ms, 3);
+    CHECK(j != NULL);
+    if (!j)
+        return;
+    struct np_gpu_record r;
+    /* thread 1: a runtime launch; its runtime and driver ids both join it */
+    CHECK(np_gpu_join_launch(j, 7, 1, 0, 11, "{", "k", true, 0) == 0);
+    np_gpu_join_marker(j, 7, 1, 5, 2, 0);
+    np_gpu_join_marker(j, 7, 1, 6, 1, 0);
+    /* a second runtime id on that thread: another launch, not probed */
+    np_gpu_join_marker(j, 7, 1, 9, 2, 0);
+    /* thread 2: a driver launch takes no runtime id */
+    CHECK(np_gpu_join_launch(j, 7, 2, 0, 22, "{", "k", false, 0) == 0);
+    np_gpu_join_marker(j, 7, 2, 8, 2, 0);
+    np_gpu_join_marker(j, 7, 2, 10, 1, 0);
+    CHECK(np_gpu_join_counters(j)->markers_unpaired == 2);
+    /* a graph: five records on one id; one record arrives before its id is claimed */
+    for (int i = 0; i < 5; i++) {
+        r = kernel_record(10);
+        np_gpu_join_record(j, 7, &r, 1 * ms);
+    }
+    r = kernel_record(6);
+    np_gpu_join_record(j, 7, &r, 1 * ms);
+    r = kernel_record(12); /* thread 3's, before its launch */
+    np_gpu_join_record(j, 7, &r, 1 * ms);
+    CHECK(np_gpu_join_launch(j, 7, 3, 0, 33, "{", "k", true, 1 * ms) == 0);
+    np_gpu_join_marker(j, 7, 3, 12, 2, 1 * ms);
+    np_gpu_join_tick(j, 5 * ms); /* within the linger: nothing retires */
+    CHECK(got.n == 0);
+    np_gpu_join_tick(j, 20 * ms);
+    CHECK(got.n == 3);
+    CHECK(got.stack[0] == 11 && got.status[0] == NP_GPU_MATCHED && got.nrecords[0] == 1);
+    CHECK(got.stack[1] == 22 && got.nrecords[1] == 5);
+    CHECK(got.stack[2] == 33 && got.nrecords[2] == 1);
+    /* no records: pending after the timeout; unclaimed records expire too */
+    CHECK(np_gpu_join_launch(j, 7, 1, 0, 44, "{", "k", true, 30 * ms) == 0);
+    r = kernel_record(99);
+    np_gpu_join_record(j, 7, &r, 30 * ms);
+    np_gpu_join_tick(j, 100 * ms);
+    CHECK(got.n == 3 && got.unmatched == 0);
+    np_gpu_join_tick(j, 131 * ms);
+    CHECK(got.n == 4 && got.stack[3] == 44 && got.status[3] == NP_GPU_PENDING);
+    CHECK(got.unmatched == 1);
+    /* bounded: a fourth waiting launch retires the oldest at once */
+    for (uint32_t t = 0; t < 4; t++)
+        CHECK(np_gpu_join_launch(j, 8, t, 0, 50 + t, "{", "k", true, 200 * ms) == 0);
+    CHECK(got.n == 5 && got.stack[4] == 50 && np_gpu_join_waiting(j) == 3);
+    CHECK(np_gpu_join_counters(j)->launches_evicted == 1);
+    /* the process's library left: its launches retire now */
+    np_gpu_join_finish_pid(j, 8, NP_GPU_NONE);
+    CHECK(got.n == 8 && got.status[7] == NP_GPU_NONE && np_gpu_join_waiting(j) == 0);
+    np_gpu_join_free(j);
+}
+
 int main(void) {
     test_demangle();
     test_thunk();
@@ -282,6 +394,8 @@ int main(void) {
     test_sanitize();
     test_json();
     test_hashmap();
+    test_hashmap_delete();
+    test_gpu_join();
     test_decode();
     test_writers();
     test_parse();

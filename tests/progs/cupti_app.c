@@ -1,0 +1,589 @@
+/* cupti_app: the workload for testing libncclprobe_cupti.so without a GPU. It loads the
+ * injection library the way the CUDA driver would (dlopen + InitializeInjection), pointing it at
+ * the CUPTI test double it is linked with (libcupti_replay.so), then makes REAL calls into the
+ * toolkit's libcudart (they fail: no GPU) and, right after each one on the same thread, plays
+ * what the driver and GPU would have told CUPTI: the API callbacks and activity records,
+ * scripted through cupti_replay_*. What it scripted is written to --expect as the truth:
+ *
+ *   main -> run_scenario -> run_eager/run_graph/run_copies -> eager_launch/graph_launch/...
+ *   thread_main -> run_thread_launches -> thread_launch            (--scenario threads)
+ *     -> cudaLaunchKernel / cudaGraphLaunch / cudaMemcpyAsync / cudaMemsetAsync, then
+ *     -> cupti_replay_api_ex (ENTER/EXIT callbacks) and cupti_replay_kernel/memcpy/memset */
+#include <dlfcn.h>
+#include <getopt.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "cuda_api.h"
+#include "cupti_replay.h"
+#include "progs_common.h"
+
+/* Third grid dimension of every launch: which scenario made it. */
+enum scenario_code {
+    CODE_EAGER = 1,
+    CODE_GRAPH = 2,
+    CODE_COPIES = 3,
+    CODE_THREADS = 4,
+};
+
+enum { GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET };
+
+#define MAX_GPU_RECORDS 8
+#define GPU_DEVICE 0
+#define EAGER_STREAM_ID 7 /* CUPTI stream ids of the records */
+#define GRAPH_STREAM_ID 9
+#define COPY_STREAM_ID 11
+#define GRAPH_ID 1
+#define GRAPH_KERNEL_NODES 5
+#define GRAPH_MEMCPY_BYTES 4096
+#define COPY_BYTES 65536
+#define MEMSET_BYTES 32768
+#define GPU_DELAY_NS 20000 /* first GPU record starts this long after the API call */
+#define REVERSE_BATCH 3    /* records per buffer with --reverse-buffers */
+
+#define STREAM(value) ((cudaStream_t)(uintptr_t)(value))
+
+/* One GPU record as scripted (and as written to --expect). */
+struct gpu_record {
+    int type;
+    const char *name; /* kernels */
+    uint8_t copy_kind;
+    uint64_t bytes;
+    uint64_t start_ns;
+    uint64_t end_ns;
+    uint32_t stream;
+    uint32_t graph_id;
+    uint64_t graph_node_id;
+};
+
+/* One API call and the GPU work it caused. */
+struct call_truth {
+    const char *api;
+    bool has_grid;
+    dim3 grid;
+    uint32_t corr;
+    long tid;
+    int n_gpu;
+    struct gpu_record gpu[MAX_GPU_RECORDS];
+};
+
+struct options {
+    const char *injection;
+    const char *scenario;
+    long threads;
+    long iters;
+    bool reverse_buffers;
+    long drop;
+    const char *expect;
+    bool wait_signal;
+    bool no_records; /* the GPU never reports: launches stay without records */
+};
+
+static struct options opts = {.scenario = "eager", .threads = 8, .iters = 4};
+static FILE *expect_file;
+static pthread_mutex_t expect_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_uint launch_seq; /* makes every GPU duration distinct */
+static pthread_barrier_t start_gate;
+static char host_src[COPY_BYTES], host_dst[COPY_BYTES];
+
+/* Stand-in "kernels": host functions whose addresses are the launches' func argument. Their
+ * bodies differ so the linker cannot fold them into one. */
+NOINLINE void eager_kernel_a(float *data, int n) {
+    for (int i = 0; i < n; i++)
+        data[i] += 1.0f;
+}
+
+NOINLINE void eager_kernel_b(float *data, int n) {
+    for (int i = 0; i < n; i++)
+        data[i] *= 2.0f;
+}
+
+/* ---- the truth file ---- */
+
+struct text {
+    char buf[4096];
+    size_t len;
+};
+
+static void append(struct text *t, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t->buf + t->len, sizeof(t->buf) - t->len, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        t->len += (size_t)n < sizeof(t->buf) - t->len ? (size_t)n : sizeof(t->buf) - t->len - 1;
+}
+
+static const char *copy_kind_name(uint8_t kind) {
+    switch (kind) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
+        return "HtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH:
+        return "DtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD:
+        return "DtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH:
+        return "HtoH";
+    default:
+        return "Unknown";
+    }
+}
+
+static void append_gpu_record(struct text *t, const struct gpu_record *r) {
+    if (r->type == GPU_KERNEL)
+        append(t, "{\"type\":\"kernel\",\"name\":\"%s\"", r->name);
+    else if (r->type == GPU_MEMCPY)
+        append(t, "{\"type\":\"memcpy\",\"copy_kind\":\"%s\",\"bytes\":%lu",
+               copy_kind_name(r->copy_kind), (unsigned long)r->bytes);
+    else
+        append(t, "{\"type\":\"memset\",\"bytes\":%lu", (unsigned long)r->bytes);
+    append(t,
+           ",\"start_ns\":%lu,\"end_ns\":%lu,\"device\":%d,\"stream\":%u,\"graph_id\":%u,"
+           "\"graph_node_id\":%lu}",
+           (unsigned long)r->start_ns, (unsigned long)r->end_ns, GPU_DEVICE, r->stream, r->graph_id,
+           (unsigned long)r->graph_node_id);
+}
+
+static void write_line(const struct text *t) {
+    if (!expect_file)
+        return;
+    pthread_mutex_lock(&expect_lock);
+    fprintf(expect_file, "%s\n", t->buf);
+    pthread_mutex_unlock(&expect_lock);
+}
+
+static void write_truth(const struct call_truth *c) {
+    struct text t = {.len = 0};
+    append(&t, "{\"tid\":%ld,\"api\":\"%s\"", c->tid, c->api);
+    if (c->has_grid)
+        append(&t, ",\"grid\":[%u,%u,%u]", c->grid.x, c->grid.y, c->grid.z);
+    append(&t, ",\"correlation_id\":%u,\"gpu\":[", c->corr);
+    for (int i = 0; i < c->n_gpu; i++) {
+        append(&t, i ? "," : "");
+        append_gpu_record(&t, &c->gpu[i]);
+    }
+    append(&t, "]}");
+    write_line(&t);
+}
+
+static void write_dropped(long dropped) {
+    struct text t = {.len = 0};
+    append(&t, "{\"dropped\":%ld}", dropped);
+    write_line(&t);
+}
+
+/* ---- scripting the GPU side ---- */
+
+static struct gpu_record *add_gpu(struct call_truth *c, int type, uint64_t start_ns,
+                                  uint64_t duration_ns, uint32_t stream) {
+    struct gpu_record *r = &c->gpu[c->n_gpu++];
+    memset(r, 0, sizeof(*r));
+    r->type = type;
+    r->start_ns = start_ns;
+    r->end_ns = start_ns + duration_ns;
+    r->stream = stream;
+    return r;
+}
+
+/* Queues c's GPU records with the double (each is dropped there if its kind is off). */
+static void script_gpu(const struct call_truth *c) {
+    for (int i = 0; i < c->n_gpu && !opts.no_records; i++) {
+        const struct gpu_record *r = &c->gpu[i];
+        if (r->type == GPU_KERNEL)
+            cupti_replay_kernel(c->corr, r->name, r->start_ns, r->end_ns, GPU_DEVICE, r->stream,
+                                r->graph_id, r->graph_node_id);
+        else if (r->type == GPU_MEMCPY)
+            cupti_replay_memcpy(c->corr, r->copy_kind, r->bytes, r->start_ns, r->end_ns, GPU_DEVICE,
+                                r->stream, r->graph_id, r->graph_node_id);
+        else
+            cupti_replay_memset(c->corr, r->bytes, r->start_ns, r->end_ns, GPU_DEVICE, r->stream,
+                                r->graph_id, r->graph_node_id);
+    }
+}
+
+/* A duration no other launch of this process has. */
+static uint64_t distinct_duration_ns(void) {
+    return 2000 + 50 * (uint64_t)atomic_fetch_add(&launch_seq, 1);
+}
+
+/* ---- call sites: a real libcudart call, then the CUPTI side on the same thread ---- */
+
+/* cudaLaunchKernel(stub, grid, {128,1,1}, args, 0, 0x5030): one kernel record named
+ * `kernel_name` on stream 7, starting GPU_DELAY_NS after the call. */
+NOINLINE void eager_launch(struct call_truth *c, const void *stub, const char *kernel_name,
+                           dim3 grid) {
+    float value = 1.0f;
+    float *data = &value;
+    int n = 1;
+    void *args[] = {&data, &n};
+    dim3 block = {128, 1, 1};
+    cudaLaunchKernel_v7000_params params = {stub, grid, block, args, 0, STREAM(0x5030)};
+    cudaError_t status = cudaLaunchKernel(stub, grid, block, args, 0, STREAM(0x5030));
+    KEEP_FRAME();
+    c->corr = cupti_replay_api_ex(CUPTI_CB_DOMAIN_RUNTIME_API,
+                                  CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+                                  "cudaLaunchKernel", kernel_name, &params, (int)status);
+    KEEP_FRAME();
+    struct gpu_record *k = add_gpu(c, GPU_KERNEL, cupti_replay_now() + GPU_DELAY_NS,
+                                   distinct_duration_ns(), EAGER_STREAM_ID);
+    k->name = kernel_name;
+    c->api = "cudaLaunchKernel";
+    c->has_grid = true;
+    c->grid = grid;
+    c->tid = progs_gettid();
+    script_gpu(c);
+}
+
+/* cudaGraphLaunch(0x6000, 0x5003): kernels graph_node_1..5 (graph 1, nodes 1..5) and an HtoD
+ * memcpy node (node 6), all with the launch's correlation id. */
+NOINLINE void graph_launch(struct call_truth *c) {
+    cudaGraphExec_t exec = (cudaGraphExec_t)(uintptr_t)0x6000;
+    cudaGraphLaunch_v10000_params params = {exec, STREAM(0x5003)};
+    cudaError_t status = cudaGraphLaunch(exec, STREAM(0x5003));
+    KEEP_FRAME();
+    c->corr = cupti_replay_api_ex(CUPTI_CB_DOMAIN_RUNTIME_API,
+                                  CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
+                                  "cudaGraphLaunch", NULL, &params, (int)status);
+    KEEP_FRAME();
+    static const char *const names[GRAPH_KERNEL_NODES] = {
+        "graph_node_1", "graph_node_2", "graph_node_3", "graph_node_4", "graph_node_5"};
+    uint64_t start = cupti_replay_now() + GPU_DELAY_NS;
+    for (int node = 1; node <= GRAPH_KERNEL_NODES + 1; node++, start += 5000) {
+        bool copy = node > GRAPH_KERNEL_NODES;
+        struct gpu_record *r = add_gpu(c, copy ? GPU_MEMCPY : GPU_KERNEL, start,
+                                       distinct_duration_ns(), GRAPH_STREAM_ID);
+        r->name = copy ? NULL : names[node - 1];
+        r->copy_kind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
+        r->bytes = copy ? GRAPH_MEMCPY_BYTES : 0;
+        r->graph_id = GRAPH_ID;
+        r->graph_node_id = (uint64_t)node;
+    }
+    c->api = "cudaGraphLaunch";
+    c->tid = progs_gettid();
+    script_gpu(c);
+}
+
+/* cudaMemcpyAsync(host_dst, host_src, 65536, HostToDevice, 0x5031): one HtoD memcpy record. */
+NOINLINE void memcpy_call(struct call_truth *c) {
+    cudaMemcpyAsync_v3020_params params = {host_dst, host_src, COPY_BYTES, cudaMemcpyHostToDevice,
+                                           STREAM(0x5031)};
+    cudaError_t status =
+        cudaMemcpyAsync(host_dst, host_src, COPY_BYTES, cudaMemcpyHostToDevice, STREAM(0x5031));
+    KEEP_FRAME();
+    c->corr = cupti_replay_api_ex(CUPTI_CB_DOMAIN_RUNTIME_API,
+                                  CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020, "cudaMemcpyAsync",
+                                  NULL, &params, (int)status);
+    KEEP_FRAME();
+    struct gpu_record *r = add_gpu(c, GPU_MEMCPY, cupti_replay_now() + GPU_DELAY_NS,
+                                   distinct_duration_ns(), COPY_STREAM_ID);
+    r->copy_kind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
+    r->bytes = COPY_BYTES;
+    c->api = "cudaMemcpyAsync";
+    c->tid = progs_gettid();
+    script_gpu(c);
+}
+
+/* cudaMemsetAsync(host_dst, 0, 32768, 0x5031): one memset record. */
+NOINLINE void memset_call(struct call_truth *c) {
+    cudaMemsetAsync_v3020_params params = {host_dst, 0, MEMSET_BYTES, STREAM(0x5031)};
+    cudaError_t status = cudaMemsetAsync(host_dst, 0, MEMSET_BYTES, STREAM(0x5031));
+    KEEP_FRAME();
+    c->corr = cupti_replay_api_ex(CUPTI_CB_DOMAIN_RUNTIME_API,
+                                  CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020, "cudaMemsetAsync",
+                                  NULL, &params, (int)status);
+    KEEP_FRAME();
+    struct gpu_record *r = add_gpu(c, GPU_MEMSET, cupti_replay_now() + GPU_DELAY_NS,
+                                   distinct_duration_ns(), COPY_STREAM_ID);
+    r->bytes = MEMSET_BYTES;
+    c->api = "cudaMemsetAsync";
+    c->tid = progs_gettid();
+    script_gpu(c);
+}
+
+/* ---- scenarios ---- */
+
+static dim3 launch_grid(long thread_index, long iteration, unsigned code) {
+    dim3 grid = {(unsigned)thread_index + 1, (unsigned)iteration + 1, code};
+    return grid;
+}
+
+/* eager: --iters launches on this thread, eager_kernel_a and eager_kernel_b alternating. */
+NOINLINE long run_eager(void) {
+    for (long it = 0; it < opts.iters; it++) {
+        struct call_truth c = {.n_gpu = 0};
+        bool b = it % 2 == 1;
+        eager_launch(&c, b ? (const void *)eager_kernel_b : (const void *)eager_kernel_a,
+                     b ? "eager_kernel_b" : "eager_kernel_a", launch_grid(0, it, CODE_EAGER));
+        KEEP_FRAME();
+        write_truth(&c);
+    }
+    return opts.iters;
+}
+
+NOINLINE long run_graph(void) {
+    for (long it = 0; it < opts.iters; it++) {
+        struct call_truth c = {.n_gpu = 0};
+        graph_launch(&c);
+        KEEP_FRAME();
+        write_truth(&c);
+    }
+    return opts.iters;
+}
+
+/* memcpy: per iteration one cudaMemcpyAsync and one cudaMemsetAsync (no launches). */
+NOINLINE long run_copies(void) {
+    for (long it = 0; it < opts.iters; it++) {
+        struct call_truth copy = {.n_gpu = 0}, set = {.n_gpu = 0};
+        memcpy_call(&copy);
+        KEEP_FRAME();
+        write_truth(&copy);
+        memset_call(&set);
+        KEEP_FRAME();
+        write_truth(&set);
+    }
+    return 2 * opts.iters;
+}
+
+/* threads: thread i launches stub eager_kernel_a --iters times; CUPTI names the kernel
+ * thread_kernel_<i>. */
+NOINLINE void thread_launch(long index, long it, const char *kernel_name) {
+    struct call_truth c = {.n_gpu = 0};
+    eager_launch(&c, (const void *)eager_kernel_a, kernel_name,
+                 launch_grid(index, it, CODE_THREADS));
+    KEEP_FRAME();
+    write_truth(&c);
+}
+
+struct worker {
+    pthread_t thread;
+    long index;
+    char kernel_name[48];
+};
+
+NOINLINE void run_thread_launches(struct worker *w) {
+    for (long it = 0; it < opts.iters; it++) {
+        thread_launch(w->index, it, w->kernel_name);
+        KEEP_FRAME();
+    }
+    printf("thread tid=%ld scenario=threads calls=%ld\n", progs_gettid(), opts.iters);
+}
+
+NOINLINE void *thread_main(void *arg) {
+    pthread_barrier_wait(&start_gate);
+    run_thread_launches(arg);
+    KEEP_FRAME();
+    return NULL;
+}
+
+static struct worker *start_workers(void) {
+    struct worker *workers = calloc((size_t)opts.threads, sizeof(*workers));
+    if (!workers)
+        exit(PROGS_EXIT_RUNTIME);
+    pthread_barrier_init(&start_gate, NULL, (unsigned)opts.threads + 1);
+    for (long i = 0; i < opts.threads; i++) {
+        workers[i].index = i;
+        snprintf(workers[i].kernel_name, sizeof(workers[i].kernel_name), "thread_kernel_%ld", i);
+        int err = pthread_create(&workers[i].thread, NULL, thread_main, &workers[i]);
+        if (err != 0) {
+            fprintf(stderr, "cupti_app: pthread_create: %s\n", strerror(err));
+            exit(PROGS_EXIT_RUNTIME);
+        }
+    }
+    return workers;
+}
+
+static void join_workers(struct worker *workers) {
+    pthread_barrier_wait(&start_gate);
+    for (long i = 0; i < opts.threads; i++)
+        pthread_join(workers[i].thread, NULL);
+    free(workers);
+}
+
+/* Runs the main-thread scenarios; returns the number of API calls made. */
+NOINLINE long run_scenario(void) {
+    long calls = 0;
+    bool mixed = strcmp(opts.scenario, "mixed") == 0;
+    if (mixed || strcmp(opts.scenario, "eager") == 0)
+        calls += run_eager();
+    KEEP_FRAME();
+    if (mixed || strcmp(opts.scenario, "graph") == 0)
+        calls += run_graph();
+    KEEP_FRAME();
+    if (mixed || strcmp(opts.scenario, "memcpy") == 0)
+        calls += run_copies();
+    KEEP_FRAME();
+    return calls;
+}
+
+/* ---- loading the injection library ---- */
+
+/* Points the injection library at the double this program is linked with, unless the caller
+ * chose a CUPTI already. */
+static void export_cupti_path(void) {
+    Dl_info info;
+    char path[PATH_MAX];
+    if (getenv("NCCLPROBE_CUPTI_LIBRARY"))
+        return;
+    if (!dladdr((void *)cupti_replay_now, &info) || !info.dli_fname ||
+        !realpath(info.dli_fname, path)) {
+        fprintf(stderr, "cupti_app: cannot locate libcupti_replay.so\n");
+        exit(PROGS_EXIT_RUNTIME);
+    }
+    setenv("NCCLPROBE_CUPTI_LIBRARY", path, 1);
+}
+
+/* dlopen + InitializeInjection, as the driver does for CUDA_INJECTION64_PATH. A 0 return (the
+ * library stayed out, e.g. CUPTI was busy) is reported and the program goes on. */
+static void load_injection(const char *path) {
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        fprintf(stderr, "cupti_app: dlopen %s: %s\n", path, dlerror());
+        exit(PROGS_EXIT_RUNTIME);
+    }
+    int (*init)(void);
+    *(void **)(&init) = dlsym(lib, "InitializeInjection");
+    if (!init) {
+        fprintf(stderr, "cupti_app: %s has no InitializeInjection\n", path);
+        exit(PROGS_EXIT_RUNTIME);
+    }
+    int rc = init();
+    fprintf(stderr, "cupti_app: InitializeInjection returned %d\n", rc);
+}
+
+/* ---- options ---- */
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: cupti_app [--injection LIB] [--scenario eager|graph|memcpy|threads|mixed]\n"
+            "                 [--threads N] [--iters N] [--reverse-buffers] [--drop N]\n"
+            "                 [--expect FILE] [--wait-signal] [--no-records]\n");
+}
+
+static bool known_scenario(const char *name) {
+    static const char *const names[] = {"eager", "graph", "memcpy", "threads", "mixed"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(name, names[i]) == 0)
+            return true;
+    return false;
+}
+
+static void parse_options(int argc, char **argv) {
+    enum {
+        OPT_INJ = 256,
+        OPT_SCEN,
+        OPT_THREADS,
+        OPT_ITERS,
+        OPT_REV,
+        OPT_DROP,
+        OPT_EXP,
+        OPT_WAIT,
+        OPT_NOREC
+    };
+    static const struct option long_opts[] = {
+        {"injection", required_argument, NULL, OPT_INJ},
+        {"scenario", required_argument, NULL, OPT_SCEN},
+        {"threads", required_argument, NULL, OPT_THREADS},
+        {"iters", required_argument, NULL, OPT_ITERS},
+        {"reverse-buffers", no_argument, NULL, OPT_REV},
+        {"drop", required_argument, NULL, OPT_DROP},
+        {"expect", required_argument, NULL, OPT_EXP},
+        {"wait-signal", no_argument, NULL, OPT_WAIT},
+        {"no-records", no_argument, NULL, OPT_NOREC},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int opt;
+    while ((opt = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
+        switch (opt) {
+        case OPT_INJ:
+            opts.injection = optarg;
+            break;
+        case OPT_SCEN:
+            opts.scenario = optarg;
+            break;
+        case OPT_THREADS:
+            opts.threads = progs_parse_long("--threads", optarg, 1);
+            break;
+        case OPT_ITERS:
+            opts.iters = progs_parse_long("--iters", optarg, 0);
+            break;
+        case OPT_REV:
+            opts.reverse_buffers = true;
+            break;
+        case OPT_DROP:
+            opts.drop = progs_parse_long("--drop", optarg, 0);
+            break;
+        case OPT_EXP:
+            opts.expect = optarg;
+            break;
+        case OPT_NOREC:
+            opts.no_records = true;
+            break;
+        case OPT_WAIT:
+            opts.wait_signal = true;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(PROGS_EXIT_OK);
+        default:
+            usage(stderr);
+            exit(PROGS_EXIT_USAGE);
+        }
+    }
+    if (optind != argc || !known_scenario(opts.scenario)) {
+        usage(stderr);
+        exit(PROGS_EXIT_USAGE);
+    }
+}
+
+static void open_expect(void) {
+    if (!opts.expect)
+        return;
+    expect_file = fopen(opts.expect, "w");
+    if (!expect_file) {
+        perror("cupti_app: --expect");
+        exit(PROGS_EXIT_RUNTIME);
+    }
+}
+
+int main(int argc, char **argv) {
+    parse_options(argc, argv);
+    open_expect();
+    if (opts.injection) {
+        export_cupti_path();
+        load_injection(opts.injection);
+    }
+    bool threads = strcmp(opts.scenario, "threads") == 0;
+    if (opts.wait_signal)
+        progs_block_start_signal();
+    struct worker *workers = threads ? start_workers() : NULL;
+    if (opts.wait_signal) {
+        progs_announce_ready();
+        progs_wait_start_signal();
+    }
+
+    /* Out-of-order buffers from every flush too: the injection library may flush on its own
+     * (periodically) before the explicit delivery below. */
+    if (opts.reverse_buffers)
+        cupti_replay_set_flush_order(REVERSE_BATCH, 1);
+    if (opts.drop > 0)
+        cupti_replay_drop((uint64_t)opts.drop);
+    if (threads) {
+        join_workers(workers);
+    } else {
+        long calls = run_scenario();
+        KEEP_FRAME();
+        printf("thread tid=%ld scenario=%s calls=%ld\n", progs_gettid(), opts.scenario, calls);
+    }
+    fflush(stdout);
+    if (opts.reverse_buffers)
+        cupti_replay_deliver(REVERSE_BATCH, 1);
+    write_dropped(opts.drop);
+    if (expect_file)
+        fclose(expect_file);
+    return PROGS_EXIT_OK; /* atexit handlers (the injection library's final flush) run now */
+}

@@ -1,0 +1,69 @@
+/* libcupti_replay.so: a TEST DOUBLE of NVIDIA's CUPTI (libcupti.so.13), for machines without a
+ * GPU, where the CUDA driver never calls a CUPTI subscriber. It exports the CUPTI functions that
+ * libncclprobe_cupti.so uses, with the real signatures and record structs (the toolkit's cupti.h),
+ * and behaves as those headers document; what the driver and the GPU would do (API callbacks,
+ * kernel/memcpy/memset records, lost records) is scripted by a test program through the
+ * cupti_replay_* functions declared here. Everything is process-wide and thread-safe. */
+#ifndef NCCLPROBE_PROGS_CUPTI_REPLAY_H
+#define NCCLPROBE_PROGS_CUPTI_REPLAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cupti.h>
+
+/* Environment variable: when set to NAME, cuptiSubscribe/_v2 fail with
+ * CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED and _v2 reports NAME as the old subscriber, as
+ * when torch.profiler or Nsight already holds CUPTI. */
+#define CUPTI_REPLAY_BUSY_ENV "CUPTI_REPLAY_BUSY"
+
+/* Records per buffer that cuptiActivityFlushAll uses until cupti_replay_set_flush_order. */
+#define CUPTI_REPLAY_DEFAULT_RECORDS_PER_BUFFER 64
+
+/* The driver calling the subscriber around API call `cbid` on this thread: ENTER then EXIT
+ * callback (when enabled), a fresh correlation id (1, 2, 3... process-wide), and a
+ * CUpti_ActivityAPI record (start at ENTER, end at EXIT) when that API's activity is enabled.
+ * functionName/symbolName go into CUpti_CallbackData (functionParams is NULL, the return value
+ * 0). Returns the correlation id. */
+uint32_t cupti_replay_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                          const char *function_name, const char *symbol_name);
+
+/* cupti_replay_api with the API's parameter struct (e.g. a cudaLaunchKernel_v7000_params, passed
+ * as CUpti_CallbackData.functionParams) and its return value (functionReturnValue at EXIT and
+ * CUpti_ActivityAPI.returnValue). */
+uint32_t cupti_replay_api_ex(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                             const char *function_name, const char *symbol_name, const void *params,
+                             int return_value);
+
+/* Queue one kernel / memcpy / memset record (only when its kind is enabled: else return -1).
+ * Kernel records are CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL (KIND_KERNEL when only that kind is
+ * enabled); `name` is interned: every record of one kernel name shares one pointer. */
+int cupti_replay_kernel(uint32_t corr, const char *name, uint64_t start_ns, uint64_t end_ns,
+                        uint32_t device, uint32_t stream, uint32_t graph_id,
+                        uint64_t graph_node_id);
+int cupti_replay_memcpy(uint32_t corr, uint8_t copy_kind, uint64_t bytes, uint64_t start_ns,
+                        uint64_t end_ns, uint32_t device, uint32_t stream, uint32_t graph_id,
+                        uint64_t graph_node_id);
+int cupti_replay_memset(uint32_t corr, uint64_t bytes, uint64_t start_ns, uint64_t end_ns,
+                        uint32_t device, uint32_t stream, uint32_t graph_id,
+                        uint64_t graph_node_id);
+
+/* n records were lost (reported, then reset, by cuptiActivityGetNumDroppedRecords). */
+void cupti_replay_drop(uint64_t n);
+
+/* What CUPTI's clock says now: the registered timestamp callback, else CLOCK_REALTIME in ns. */
+uint64_t cupti_replay_now(void);
+
+/* Hand the queued records to the subscriber: in buffers of at most records_per_buffer records
+ * (0: as many as fit), completed in order (reverse = 0) or last buffer first (reverse = 1:
+ * out-of-order buffers). Nothing happens before cuptiActivityRegisterCallbacks. */
+void cupti_replay_deliver(size_t records_per_buffer, int reverse);
+
+/* What cuptiActivityFlushAll delivers: by default everything queued, in order, one buffer per
+ * 64 records. */
+void cupti_replay_set_flush_order(size_t records_per_buffer, int reverse);
+
+/* Records queued and not yet delivered (for tests of the double). */
+size_t cupti_replay_pending(void);
+
+#endif

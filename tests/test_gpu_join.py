@@ -1,0 +1,265 @@
+"""The GPU side end to end: ncclprobe records cupti_app, which loads the real
+libncclprobe_cupti.so the way the CUDA driver does and makes real libcudart
+launch calls under real BPF; the CUPTI calls are answered by
+libcupti_replay.so, a TEST DOUBLE of CUPTI (no GPU here), scripted by the
+app. Every launch must carry exactly the GPU records the app scripted for
+it (--expect is the truth), joined through the correlation marker, not by
+time; merged.folded / merged.gpu_ns.folded must add up to the same truth.
+Rogue clients of the socket are rejected and counted, and lose nothing else.
+"""
+
+import json
+import os
+import socket
+import struct
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import NCCLPROBE, PROGS, PROGS_ENV, BUILD, needs_bpf
+
+CUPTI_LIB = BUILD / "libncclprobe_cupti.so"
+APP = PROGS / "cupti_app"
+
+needs_replay = pytest.mark.skipif(
+    PROGS_ENV.get("HAVE_CUPTI_REPLAY") != "1" or not CUPTI_LIB.exists(),
+    reason="needs the CUDA toolkit (cupti_app, libcupti_replay.so, libncclprobe_cupti.so)")
+
+pytestmark = [needs_bpf, needs_replay]
+
+
+def record(tmp_path, app_args, extra=(), env=None, timeout=90):
+    out = tmp_path / "rec"
+    sock = tmp_path / "cupti.sock"
+    expect = tmp_path / "expect.jsonl"
+    cmd = [str(NCCLPROBE), "record", "-o", str(out), "--cupti-socket", str(sock), *extra, "--",
+           str(APP), "--injection", str(CUPTI_LIB), "--expect", str(expect), *app_args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+    assert proc.returncode == 0, proc.stderr
+    return out, expect, proc
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def truth(expect):
+    rows = read_jsonl(expect)
+    def is_launch(r):
+        return "Launch" in r.get("api", "")
+    launches = [r for r in rows if is_launch(r)]
+    orphans = [r for r in rows if "api" in r and not is_launch(r)]
+    dropped = sum(r.get("dropped", 0) for r in rows)
+    return launches, orphans, dropped
+
+
+def gpu_view(records):
+    """What the app scripted vs what ncclprobe wrote, on the fields both have."""
+    keys = ("type", "name", "start_ns", "end_ns", "device", "stream", "graph_id",
+            "graph_node_id", "copy_kind", "bytes")
+    return sorted(tuple(r.get(k) for k in keys) for r in records)
+
+
+def check_launches(out, expect):
+    launches, _, _ = truth(expect)
+    got = [r for r in read_jsonl(out / "launches.jsonl") if not r["nested"]]
+    assert len(got) == len(launches)
+    by_key = {(r["tid"], tuple(r["grid"])): r for r in got if "grid" in r}
+    graph = [r for r in got if r["api"].startswith("cudaGraphLaunch")]
+    for want in launches:
+        if want["api"].startswith("cudaGraphLaunch"):
+            # graph launches carry no grid on the CPU side: one per graph
+            match = [g for g in graph if g["tid"] == want["tid"] and
+                     g["correlation_ids"] == [want["correlation_id"]]]
+            assert len(match) == 1, (want, graph)
+            mine = match[0]
+        else:
+            mine = by_key[(want["tid"], tuple(want["grid"]))]
+        assert mine["gpu_status"] == "matched"
+        assert want["correlation_id"] in mine["correlation_ids"]
+        assert gpu_view(mine["gpu"]) == gpu_view(want["gpu"]), mine
+    return got
+
+
+def parse_folded(path):
+    out = {}
+    for line in Path(path).read_text().splitlines():
+        stack, _, weight = line.rpartition(" ")
+        out[stack] = out.get(stack, 0) + int(weight)
+    return out
+
+
+def leaf_of(rec):
+    if rec["type"] == "kernel":
+        return "[GPU_Kernel]" + rec["name"]
+    if rec["type"] == "memcpy":
+        return "[GPU_Memcpy]" + rec["copy_kind"]
+    return "[GPU_Memset]"
+
+
+def check_merged(out, expect):
+    """merged.* from the truth: each launch's CPU stack (stacks.jsonl, by
+    the launch's stack_id) with one leaf per scripted record; records no
+    launch made under [no launch stack]."""
+    launches, orphans, _ = truth(expect)
+    got_launches = [r for r in read_jsonl(out / "launches.jsonl") if not r["nested"]]
+    # the CPU stack of each launch, as stacks.ext.folded wrote it (by tid and time)
+    ext = {}
+    for line in (out / "stacks.ext.folded").read_text().splitlines():
+        fields = line.split(" ", 5)
+        ext[(int(fields[3]), int(fields[0]))] = fields[5].rpartition(";[GPU_Kernel]")[0]
+    stack_of_id = {}
+    for r in got_launches:
+        for cid in r["correlation_ids"]:
+            stack_of_id[cid] = ext[(r["tid"], r["ts_ns"])]
+    want_count, want_ns = Counter(), Counter()
+    for want in launches:
+        stack = stack_of_id[want["correlation_id"]]
+        for rec in want["gpu"]:
+            want_count[stack + ";" + leaf_of(rec)] += 1
+            want_ns[stack + ";" + leaf_of(rec)] += rec["end_ns"] - rec["start_ns"]
+    for o in orphans:
+        for rec in o["gpu"]:
+            want_count["[no launch stack];" + leaf_of(rec)] += 1
+            want_ns["[no launch stack];" + leaf_of(rec)] += rec["end_ns"] - rec["start_ns"]
+    assert parse_folded(out / "merged.folded") == dict(want_count)
+    assert parse_folded(out / "merged.gpu_ns.folded") == dict(want_ns)
+
+
+@pytest.mark.parametrize("scenario", ["eager", "graph", "memcpy", "mixed"])
+def test_every_launch_gets_its_gpu_records(tmp_path, scenario):
+    out, expect, _ = record(tmp_path, ["--scenario", scenario, "--iters", "6"])
+    check_launches(out, expect)
+    check_merged(out, expect)
+    gpu = json.loads((out / "summary.json").read_text())["gpu"]
+    launches, orphans, _ = truth(expect)
+    assert gpu["launches_matched"] == len(launches)
+    assert gpu["launches_pending"] == 0
+    assert gpu["records_unmatched"] == sum(len(o["gpu"]) for o in orphans)
+
+
+def test_graph_kernels_all_carry_the_graph_launch_stack(tmp_path):
+    out, expect, _ = record(tmp_path, ["--scenario", "graph", "--iters", "3"])
+    merged = parse_folded(out / "merged.folded")
+    graph_lines = {s: n for s, n in merged.items() if "cudaGraphLaunch;" in s}
+    leaves = sorted(s.rpartition(";")[2] for s in graph_lines)
+    assert leaves == ["[GPU_Kernel]graph_node_%d" % i for i in range(1, 6)] + \
+        ["[GPU_Memcpy]HtoD"]
+    graph_launches = [r for r in truth(expect)[0] if r["api"] == "cudaGraphLaunch"]
+    assert graph_launches and set(graph_lines.values()) == {len(graph_launches)}
+    assert all("graph_launch" in s for s in graph_lines)
+
+
+def test_out_of_order_buffers_and_dropped_records(tmp_path):
+    out, expect, _ = record(tmp_path, ["--scenario", "mixed", "--iters", "5",
+                                       "--reverse-buffers", "--drop", "7"])
+    check_launches(out, expect)
+    check_merged(out, expect)
+    summary = json.loads((out / "summary.json").read_text())
+    cupti = summary["targets"][0]["cupti"]
+    assert cupti["status"] == "active"
+    assert cupti["dropped_by_cupti"] == 7
+
+
+def test_pairing_under_eight_threads_launching_at_once(tmp_path):
+    out, expect, _ = record(tmp_path, ["--scenario", "threads", "--threads", "8",
+                                       "--iters", "40"])
+    got = check_launches(out, expect)
+    assert len(got) == 8 * 40
+    assert len({r["tid"] for r in got}) == 8
+    for r in got:  # grid x = thread index + 1 names the kernel the thread's records carry
+        assert [g["name"] for g in r["gpu"]] == ["thread_kernel_%d" % (r["grid"][0] - 1)]
+    gpu = json.loads((out / "summary.json").read_text())["gpu"]
+    assert gpu["markers"] == 8 * 40 and gpu["markers_unpaired"] == 0
+
+
+def test_launches_wait_then_pending_without_records(tmp_path):
+    """No daemon-side records for a launch (the replay drops them all):
+    after --gpu-timeout-ms the launch is written as [GPU_Launch_Pending]."""
+    out, expect, _ = record(tmp_path, ["--scenario", "eager", "--iters", "4", "--no-records"],
+                            extra=["--gpu-timeout-ms", "200"])
+    got = [r for r in read_jsonl(out / "launches.jsonl") if not r["nested"]]
+    assert len(got) == 4 and all(r["gpu_status"] == "pending" for r in got)
+    merged = parse_folded(out / "merged.folded")
+    assert sum(n for s, n in merged.items() if s.endswith(";[GPU_Launch_Pending]")) == 4
+
+
+def test_cupti_held_by_another_profiler(tmp_path):
+    out, expect, proc = record(tmp_path, ["--scenario", "eager", "--iters", "3"],
+                               env={"CUPTI_REPLAY_BUSY": "Nsight Systems"})
+    assert "Nsight Systems" in proc.stderr  # the library's one line and ours
+    summary = json.loads((out / "summary.json").read_text())
+    cupti = summary["targets"][0]["cupti"]
+    assert cupti["status"] == "cupti_busy" and "Nsight Systems" in cupti["message"]
+    launches = truth(expect)[0]
+    got = [r for r in read_jsonl(out / "launches.jsonl") if not r["nested"]]
+    assert len(got) == len(launches) > 0
+    assert all(r.get("gpu_status", "none") == "none" and not r.get("gpu") for r in got)
+    merged = parse_folded(out / "merged.folded")  # CPU-side kernel names, nothing pending
+    assert sum(merged.values()) == len(launches)
+    assert all(s.rpartition(";")[2] in ("[GPU_Kernel]eager_kernel_a", "[GPU_Kernel]eager_kernel_b")
+               for s in merged)
+
+
+# ---- rogue clients ---------------------------------------------------------
+
+HDR = struct.Struct("<IHHII")  # magic, version, type, size, pid
+MAGIC, VERSION, HELLO, ACTIVITY = 0x5543504E, 1, 1, 2
+HELLO_SIZE = HDR.size + 4 + 4 + 8 + 256
+
+
+def hello(pid, version=VERSION, magic=MAGIC):
+    return HDR.pack(magic, version, HELLO, HELLO_SIZE, pid) + struct.pack("<IIQ", 0, 0, 0) + \
+        b"rogue".ljust(256, b"\0")
+
+
+def send(path, data, close_wait=0.05):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(str(path))
+    try:
+        s.sendall(data)
+    except OSError:
+        pass
+    time.sleep(close_wait)
+    s.close()
+
+
+def test_rogue_clients_are_rejected_and_nothing_else_is_lost(tmp_path):
+    out = tmp_path / "rec"
+    sock = tmp_path / "cupti.sock"
+    expect = tmp_path / "expect.jsonl"
+    proc = subprocess.Popen(
+        [str(NCCLPROBE), "record", "-o", str(out), "--cupti-socket", str(sock), "--",
+         str(APP), "--injection", str(CUPTI_LIB), "--expect", str(expect), "--scenario", "mixed",
+         "--iters", "5", "--wait-signal"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("ready "), line + proc.stderr.read()
+        pid = int(line.split()[1])
+        me = os.getpid()
+        send(sock, os.urandom(4096))                              # random bytes
+        send(sock, hello(me)[:20])                                # truncated
+        send(sock, HDR.pack(MAGIC, VERSION, HELLO, 64 << 20, me))  # oversized
+        send(sock, hello(me, version=99))                         # wrong version
+        send(sock, hello(pid))                                    # another process's pid
+        send(sock, hello(me))                                     # not traced
+        send(sock, HDR.pack(MAGIC, VERSION, ACTIVITY, HDR.size + 8, me) + bytes(8))  # no hello
+        time.sleep(0.3)
+        os.kill(pid, 10)  # SIGUSR1: the app runs its scenario
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    check_launches(out, expect)
+    check_merged(out, expect)
+    gpu = json.loads((out / "summary.json").read_text())["gpu"]
+    assert gpu["rejected"] == {"bad_magic": 1, "truncated": 1, "oversized": 1,
+                               "bad_version": 1, "pid_mismatch": 1, "not_traced": 1,
+                               "no_hello": 1, "bad_record": 0, "bad_type": 0}
+    assert gpu["clients_accepted"] == 1
