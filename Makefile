@@ -103,9 +103,17 @@ test-e2e: $(BUILD)/ncclprobe $(CUPTI_LIB) $(BUILD)/progs/.built $(BUILD)/demo/.b
 test: test-unit test-e2e
 	$(MAKE) SAN=1 test-unit test-e2e
 
-bench: $(BUILD)/ncclprobe $(BUILD)/progs/.built $(BUILD)/unwind_bench
+$(BUILD)/join_bench: bench/join_bench.c src/correlate/gpu.c src/lib/hashmap.c $(HEADERS)
+	$(CC) $(CFLAGS) $(WARN) $(CPPFLAGS) -o $@ bench/join_bench.c src/correlate/gpu.c src/lib/hashmap.c
+
+$(BUILD)/marker_loop: bench/marker_loop.c
+	$(CC) $(CFLAGS) $(WARN) -o $@ $< -ldl
+
+bench: $(BUILD)/ncclprobe $(BUILD)/progs/.built $(BUILD)/unwind_bench $(BUILD)/join_bench \
+		$(BUILD)/marker_loop $(CUPTI_LIB)
 	bench/run.sh $(BUILD)
 	bench/unwind.sh $(BUILD)
+	bench/gpu.sh $(BUILD)
 
 FORMATTED := $(BPF_SRC) $(SRCS) $(HEADERS) $(CUPTI_SRCS) tests/unit/*.c $(wildcard tests/progs/*.[ch] \
 	tests/progs/*.cc tools/demo/*.[ch] tools/demo/standin/*.[ch] bench/*.c)
