@@ -16,9 +16,13 @@ PYTHON  ?= /usr/bin/python3
 ifeq ($(SAN),1)
 BUILD   ?= build/san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+# The CUPTI library runs inside programs built without ASan (whose runtime must
+# load first): UBSan only, which a dlopen()ed library can bring along.
+CUPTI_SANFLAGS := -fsanitize=undefined -fno-sanitize-recover=undefined
 else
 BUILD   ?= build
 SANFLAGS :=
+CUPTI_SANFLAGS :=
 endif
 
 WARN     := -Wall -Wextra -Werror
@@ -65,7 +69,7 @@ endif
 
 $(BUILD)/libncclprobe_cupti.so: $(CUPTI_SRCS) include/ncclprobe/gpu_wire.h
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) -fPIC -shared -fvisibility=hidden -Iinclude -Isrc \
+	$(CC) $(CFLAGS) $(CUPTI_SANFLAGS) $(WARN) -fPIC -shared -fvisibility=hidden -Iinclude -Isrc \
 		-I$(CUDA_HOME)/include -o $@ $(CUPTI_SRCS) -ldl -lpthread
 
 # ---- workloads -------------------------------------------------------------

@@ -16,7 +16,7 @@ struct np_frame {
     uint32_t len;   /* bytes used in data[] */
     uint32_t cap;   /* bytes allocated for data[] */
     uint32_t count; /* records in the frame */
-    uint8_t data[];
+    uint8_t data[] __attribute__((aligned(8))); /* records are 8-byte aligned in it */
 };
 
 /* Counters the library reports (STATS frames, the trace's otherData). */
