@@ -263,3 +263,74 @@ def test_rogue_clients_are_rejected_and_nothing_else_is_lost(tmp_path):
                                "bad_version": 1, "pid_mismatch": 1, "not_traced": 1,
                                "no_hello": 1, "bad_record": 0, "bad_type": 0}
     assert gpu["clients_accepted"] == 1
+
+
+def start_app(tmp_path, args, env):
+    expect = tmp_path / "expect.jsonl"
+    proc = subprocess.Popen([str(APP), "--injection", str(CUPTI_LIB), "--expect", str(expect),
+                             "--wait-signal", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+    line = proc.stdout.readline()
+    assert line.startswith("ready "), line
+    return proc, expect
+
+
+def attach(tmp_path, pid, sock):
+    out = tmp_path / "rec"
+    rec = subprocess.Popen([str(NCCLPROBE), "record", "-o", str(out), "--cupti-socket",
+                            str(sock), "--pid", str(pid)], stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 20
+    while time.time() < deadline and not sock.exists():
+        time.sleep(0.05)
+    return rec, out
+
+
+def test_attach_to_a_running_process_its_library_connects_late(tmp_path):
+    """--pid: the process started before ncclprobe listened (its library
+    found no daemon, CUPTI untouched); once ncclprobe listens the library
+    connects within a second, turns CUPTI on, and launches from then on
+    get their GPU records."""
+    sock = tmp_path / "cupti.sock"
+    app, expect = start_app(tmp_path, ["--scenario", "mixed", "--iters", "4"],
+                            {"NCCLPROBE_CUPTI_SOCKET": str(sock)})
+    rec, out = attach(tmp_path, app.pid, sock)
+    try:
+        time.sleep(2.5)  # the library retries once a second
+        os.kill(app.pid, 10)
+        assert app.wait(timeout=60) == 0
+        _, err = rec.communicate(timeout=60)
+    finally:
+        for p in (app, rec):
+            if p.poll() is None:
+                p.kill()
+    assert rec.returncode == 0, err
+    check_launches(out, expect)
+    check_merged(out, expect)
+    cupti = json.loads((out / "summary.json").read_text())["targets"][0]["cupti"]
+    assert cupti["status"] == "active"
+
+
+def test_library_talking_to_another_socket(tmp_path):
+    """The process's library sends elsewhere: its launches do not wait for
+    GPU records that never come; the summary says why."""
+    sock = tmp_path / "cupti.sock"
+    app, expect = start_app(tmp_path, ["--scenario", "eager", "--iters", "4"],
+                            {"NCCLPROBE_CUPTI_SOCKET": str(tmp_path / "elsewhere.sock")})
+    rec, out = attach(tmp_path, app.pid, sock)
+    try:
+        time.sleep(1.0)
+        os.kill(app.pid, 10)
+        assert app.wait(timeout=60) == 0
+        _, err = rec.communicate(timeout=60)
+    finally:
+        for p in (app, rec):
+            if p.poll() is None:
+                p.kill()
+    assert rec.returncode == 0, err
+    got = [r for r in read_jsonl(out / "launches.jsonl") if not r["nested"]]
+    assert len(got) == len(truth(expect)[0]) > 0
+    assert all(r.get("gpu_status", "none") == "none" for r in got)
+    summary = json.loads((out / "summary.json").read_text())
+    cupti = summary["targets"][0]["cupti"]
+    assert cupti["status"] == "no_connection" and "did not connect" in cupti["message"]
+    assert "did not connect" in err

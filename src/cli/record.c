@@ -291,6 +291,26 @@ static void finish_closed_gpu_clients(struct session *s) {
     s->ngpu_closed = 0;
 }
 
+/* A process maps our library but it never said hello (it sends to another
+ * socket, or cannot connect): its launches stop waiting for GPU records. */
+#define GPU_HELLO_WAIT_NS 3000000000ull
+
+static void give_up_silent_gpu_clients(struct session *s, uint64_t now, bool at_end) {
+    for (size_t i = 0; i < s->ntargets; i++) {
+        struct np_target *t = s->targets[i];
+        if (!t->gpu_marker || t->gpu_hello || t->gpu_off || !t->gpu_first_held_ns ||
+            (!at_end && now - t->gpu_first_held_ns < GPU_HELLO_WAIT_NS))
+            continue;
+        np_warn("pid %d (%s) maps libncclprobe_cupti.so, but it did not connect to %s (is its "
+                "NCCLPROBE_CUPTI_SOCKET the same?): launches are written without GPU records",
+                t->pid, t->comm, s->opt.cupti_socket);
+        t->gpu_off = true;
+        snprintf(t->gpu_message, sizeof(t->gpu_message), "did not connect to %s",
+                 s->opt.cupti_socket);
+        np_gpu_join_finish_pid(s->gpu_join, (uint32_t)t->pid, NP_GPU_NONE);
+    }
+}
+
 static int setup_gpu(struct session *s) {
     if (s->opt.no_gpu)
         return 0;
@@ -556,6 +576,7 @@ static int run_loop(struct session *s) {
             if (!s->backlog) /* the ring is read: a closed library's launches are all in */
                 finish_closed_gpu_clients(s);
             np_gpu_join_tick(s->gpu_join, np_monotonic_ns());
+            give_up_silent_gpu_clients(s, np_monotonic_ns(), false);
         }
         if (all_targets_gone(s)) {
             s->stop_reason = "targets exited";
@@ -607,6 +628,7 @@ static void finish_gpu(struct session *s) {
     if (s->gpu_server)
         np_gpu_server_poll(s->gpu_server);
     finish_closed_gpu_clients(s);
+    give_up_silent_gpu_clients(s, np_monotonic_ns(), true);
     np_gpu_join_finish_all(s->gpu_join);
 }
 

@@ -133,6 +133,8 @@ static void write_launch(struct np_ingest *in, struct np_target *t, const struct
                          kernel, hold ? &in->held_json : NULL);
     if (!hold)
         return;
+    if (!t->gpu_first_held_ns)
+        t->gpu_first_held_ns = np_monotonic_ns();
     const struct np_launch_event *e = l->ev;
     bool runtime_api = l->def->family == NP_FAMILY_RUNTIME || l->def->family == NP_FAMILY_NCCL;
     int err =
