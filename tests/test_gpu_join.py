@@ -285,6 +285,22 @@ def attach(tmp_path, pid, sock):
     return rec, out
 
 
+def run_attached(app, rec, settle_s):
+    """Lets the waiting app run its scenario under the attached recording;
+    returns the recording's stderr once both are done."""
+    try:
+        time.sleep(settle_s)
+        os.kill(app.pid, 10)  # SIGUSR1
+        assert app.wait(timeout=60) == 0
+        _, err = rec.communicate(timeout=60)
+    finally:
+        for p in (app, rec):
+            if p.poll() is None:
+                p.kill()
+    assert rec.returncode == 0, err
+    return err
+
+
 def test_attach_to_a_running_process_its_library_connects_late(tmp_path):
     """--pid: the process started before ncclprobe listened (its library
     found no daemon, CUPTI untouched); once ncclprobe listens the library
@@ -294,16 +310,7 @@ def test_attach_to_a_running_process_its_library_connects_late(tmp_path):
     app, expect = start_app(tmp_path, ["--scenario", "mixed", "--iters", "4"],
                             {"NCCLPROBE_CUPTI_SOCKET": str(sock)})
     rec, out = attach(tmp_path, app.pid, sock)
-    try:
-        time.sleep(2.5)  # the library retries once a second
-        os.kill(app.pid, 10)
-        assert app.wait(timeout=60) == 0
-        _, err = rec.communicate(timeout=60)
-    finally:
-        for p in (app, rec):
-            if p.poll() is None:
-                p.kill()
-    assert rec.returncode == 0, err
+    err = run_attached(app, rec, settle_s=2.5)  # the library retries once a second
     check_launches(out, expect)
     check_merged(out, expect)
     cupti = json.loads((out / "summary.json").read_text())["targets"][0]["cupti"]
@@ -317,16 +324,7 @@ def test_library_talking_to_another_socket(tmp_path):
     app, expect = start_app(tmp_path, ["--scenario", "eager", "--iters", "4"],
                             {"NCCLPROBE_CUPTI_SOCKET": str(tmp_path / "elsewhere.sock")})
     rec, out = attach(tmp_path, app.pid, sock)
-    try:
-        time.sleep(1.0)
-        os.kill(app.pid, 10)
-        assert app.wait(timeout=60) == 0
-        _, err = rec.communicate(timeout=60)
-    finally:
-        for p in (app, rec):
-            if p.poll() is None:
-                p.kill()
-    assert rec.returncode == 0, err
+    err = run_attached(app, rec, settle_s=1.0)
     got = [r for r in read_jsonl(out / "launches.jsonl") if not r["nested"]]
     assert len(got) == len(truth(expect)[0]) > 0
     assert all(r.get("gpu_status", "none") == "none" for r in got)
