@@ -16,7 +16,8 @@ struct np_frame {
     uint32_t len;   /* bytes used in data[] */
     uint32_t cap;   /* bytes allocated for data[] */
     uint32_t count; /* records in the frame */
-    uint8_t data[] __attribute__((aligned(8))); /* records are 8-byte aligned in it */
+    /* the records, 8-byte aligned */
+    uint8_t data[] __attribute__((aligned(8)));
 };
 
 /* Counters the library reports (STATS frames, the trace's otherData). */
