@@ -118,6 +118,7 @@ bench: $(BUILD)/ncclprobe $(BUILD)/progs/.built $(BUILD)/unwind_bench $(BUILD)/j
 	bench/run.sh $(BUILD)
 	bench/unwind.sh $(BUILD)
 	bench/gpu.sh $(BUILD)
+	bench/merge.sh $(BUILD)
 
 FORMATTED := $(BPF_SRC) $(SRCS) $(HEADERS) $(CUPTI_SRCS) tests/unit/*.c $(wildcard tests/progs/*.[ch] \
 	tests/progs/*.cc tools/demo/*.[ch] tools/demo/standin/*.[ch] bench/*.c)
