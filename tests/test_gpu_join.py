@@ -332,3 +332,17 @@ def test_library_talking_to_another_socket(tmp_path):
     cupti = summary["targets"][0]["cupti"]
     assert cupti["status"] == "no_connection" and "did not connect" in cupti["message"]
     assert "did not connect" in err
+
+
+def test_cupti_option_injects_the_library_into_the_command(tmp_path):
+    sock = tmp_path / "c.sock"
+    proc = subprocess.run(
+        [str(NCCLPROBE), "record", "--cupti", "-o", str(tmp_path / "rec"), "--cupti-socket",
+         str(sock), "--", "/bin/sh", "-c", 'echo "$CUDA_INJECTION64_PATH|$NCCLPROBE_CUPTI_SOCKET"'],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lib, _, path = proc.stdout.strip().partition("|")
+    assert Path(lib).resolve() == CUPTI_LIB.resolve() and path == str(sock)
+    bad = subprocess.run([str(NCCLPROBE), "record", "--cupti", "--pid", str(os.getpid())],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--cupti needs -- CMD" in bad.stderr
