@@ -96,8 +96,13 @@ $(BUILD)/pyline_check: tests/progs/pyline_check.c $(UNIT_SRCS:src/%.c=$(BUILD)/o
 $(BUILD)/unwind_bench: bench/unwind_bench.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o)
 	$(CC) $(CFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
 
-test-unit: $(BUILD)/unit_tests
+# The offline merge's matcher alone (src/correlate/tolerance.c).
+$(BUILD)/merge_unit: tests/unit/merge_unit.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o)
+	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
+
+test-unit: $(BUILD)/unit_tests $(BUILD)/merge_unit
 	$(BUILD)/unit_tests
+	$(BUILD)/merge_unit
 
 test-e2e: $(BUILD)/ncclprobe $(CUPTI_LIB) $(BUILD)/progs/.built $(BUILD)/demo/.built $(BUILD)/pyline_check
 	NCCLPROBE_BUILD=$(abspath $(BUILD)) $(PYTHON) -m pytest -q -rs tests/

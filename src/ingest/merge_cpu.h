@@ -1,0 +1,37 @@
+/* merge_cpu.h - the CPU side of `ncclprobe merge`: reads an extended folded
+ * file (stacks.ext.folded) into one launch per line - its time and thread for
+ * the matcher, its stack normalized and interned. Stacks are normalized by the
+ * established Python merge tool's frame rules (startup frames dropped, launch
+ * wrappers collapsed), so that its users get the same bytes (docs/merge.md). */
+#ifndef NP_MERGE_CPU_H
+#define NP_MERGE_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "correlate/tolerance.h"
+#include "ingest/merge_malformed.h"
+#include "lib/hashmap.h"
+#include "lib/strtab.h"
+
+/* The leaf our own recordings end with; a merged stack's kernel frame. */
+#define NP_MERGE_KERNEL_FRAME "[GPU_Kernel]"
+
+struct np_merge_cpu {
+    struct np_strtab stacks;  /* normalized stacks */
+    struct np_map raw_stacks; /* stack text as read -> struct np_interned of its normalized stack */
+    /* One entry per launch, in file order: */
+    struct np_match_point *points;
+    uint32_t *stack_ids; /* into stacks */
+    size_t count, cap;
+    size_t no_frames; /* lines with no frame left once normalized */
+    struct np_malformed_log malformed;
+};
+
+void np_merge_cpu_init(struct np_merge_cpu *cpu, const char *path);
+void np_merge_cpu_free(struct np_merge_cpu *cpu);
+
+/* Reads the file at path (the one given to init): 0, or -errno (said on stderr). */
+int np_merge_cpu_read(const char *path, struct np_merge_cpu *cpu);
+
+#endif
