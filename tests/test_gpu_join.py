@@ -261,7 +261,8 @@ def test_rogue_clients_are_rejected_and_nothing_else_is_lost(tmp_path):
     gpu = json.loads((out / "summary.json").read_text())["gpu"]
     assert gpu["rejected"] == {"bad_magic": 1, "truncated": 1, "oversized": 1,
                                "bad_version": 1, "pid_mismatch": 1, "not_traced": 1,
-                               "no_hello": 1, "bad_record": 0, "bad_type": 0}
+                               "no_hello": 1, "bad_record": 0, "bad_type": 0,
+                               "too_many_clients": 0}
     assert gpu["clients_accepted"] == 1
 
 
@@ -346,3 +347,43 @@ def test_cupti_option_injects_the_library_into_the_command(tmp_path):
     bad = subprocess.run([str(NCCLPROBE), "record", "--cupti", "--pid", str(os.getpid())],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--cupti needs -- CMD" in bad.stderr
+
+
+def test_idle_and_excess_connections_are_closed(tmp_path):
+    """At most 256 connections at once (the app's library holds one); a
+    connection that says nothing for 5 s is closed; the real client's
+    records all arrive."""
+    out = tmp_path / "rec"
+    sock = tmp_path / "cupti.sock"
+    expect = tmp_path / "expect.jsonl"
+    proc = subprocess.Popen(
+        [str(NCCLPROBE), "record", "-o", str(out), "--cupti-socket", str(sock), "--",
+         str(APP), "--injection", str(CUPTI_LIB), "--expect", str(expect), "--scenario", "eager",
+         "--iters", "4", "--wait-signal"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    conns = []
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("ready "), line
+        pid = int(line.split()[1])
+        time.sleep(0.3)  # the app's own connection is in
+        for _ in range(300):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(str(sock))
+            conns.append(s)
+        time.sleep(0.5)
+        for s in conns[1:]:  # closed by their peer: not counted
+            s.close()
+        time.sleep(5.5)  # the one left says nothing: closed by ncclprobe
+        os.kill(pid, 10)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        for s in conns:
+            s.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    check_launches(out, expect)
+    gpu = json.loads((out / "summary.json").read_text())["gpu"]
+    assert gpu["rejected"]["too_many_clients"] == 300 - 255
+    assert gpu["rejected"]["no_hello"] == 1

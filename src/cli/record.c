@@ -577,6 +577,8 @@ static int run_loop(struct session *s) {
                 finish_closed_gpu_clients(s);
             np_gpu_join_tick(s->gpu_join, np_monotonic_ns());
             give_up_silent_gpu_clients(s, np_monotonic_ns(), false);
+            if (s->gpu_server)
+                np_gpu_server_tick(s->gpu_server, np_monotonic_ns());
         }
         if (all_targets_gone(s)) {
             s->stop_reason = "targets exited";

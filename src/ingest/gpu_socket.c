@@ -1,6 +1,9 @@
 /* gpu_socket.c - the Unix socket the CUPTI library streams GPU records to
- * (see gpu_socket.h). Each client gets a frame buffer of NP_WIRE_MAX_FRAME
- * bytes; a frame is checked whole before any of its records is used. */
+ * (see gpu_socket.h). A client's buffer starts at 64 KiB and grows to a
+ * frame's size (at most NP_WIRE_MAX_FRAME) when one needs it; a frame is
+ * checked whole before any of its records is used. At most 256 connections
+ * at once, and one that says nothing for 5 s is closed: an idle or hostile
+ * local user cannot make the daemon hold much memory. */
 #define _GNU_SOURCE
 #include "ingest/gpu_socket.h"
 
@@ -17,13 +20,18 @@
 
 #include "lib/util.h"
 
+#define MAX_CLIENTS 256                 /* connections at once; well below the fd limit */
+#define FIRST_BUFFER (64u << 10)        /* grown to a frame's size when one needs it */
+#define HELLO_DEADLINE_NS 5000000000ull /* a silent connection is closed after this */
+
 struct client {
     int fd;
+    uint64_t accepted_ns;
     pid_t pid;    /* the peer, as the kernel says (our pid namespace) */
     pid_t ns_pid; /* the same process in its own pid namespace */
     bool hello_ok;
     uint8_t *buf;
-    size_t len;
+    size_t len, cap;
     struct client *next;
 };
 
@@ -32,6 +40,7 @@ struct np_gpu_server {
     char path[108];
     struct np_gpu_server_ops ops;
     struct client *clients;
+    size_t nclients;
     struct np_gpu_server_stats stats;
 };
 
@@ -40,7 +49,7 @@ static const char *const reject_names[NP_REJECT_MAX] = {
     [NP_REJECT_OVERSIZED] = "oversized",   [NP_REJECT_TRUNCATED] = "truncated",
     [NP_REJECT_NO_HELLO] = "no_hello",     [NP_REJECT_PID_MISMATCH] = "pid_mismatch",
     [NP_REJECT_NOT_TRACED] = "not_traced", [NP_REJECT_BAD_RECORD] = "bad_record",
-    [NP_REJECT_BAD_TYPE] = "bad_type",
+    [NP_REJECT_BAD_TYPE] = "bad_type",     [NP_REJECT_TOO_MANY] = "too_many_clients",
 };
 
 const char *np_reject_reason_name(enum np_reject_reason r) {
@@ -151,6 +160,7 @@ static void drop_client(struct np_gpu_server *s, struct client *c) {
             break;
         }
     }
+    s->nclients--;
     epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     if (c->hello_ok && s->ops.on_close)
@@ -171,11 +181,17 @@ static void accept_clients(struct np_gpu_server *s) {
         int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0)
             return;
+        if (s->nclients >= MAX_CLIENTS) {
+            s->stats.rejected[NP_REJECT_TOO_MANY]++;
+            s->stats.clients_rejected++;
+            close(fd);
+            continue;
+        }
         struct ucred cred;
         socklen_t len = sizeof(cred);
         struct client *c = calloc(1, sizeof(*c));
-        if (c)
-            c->buf = malloc(NP_WIRE_MAX_FRAME);
+        if (c && (c->buf = malloc(FIRST_BUFFER)))
+            c->cap = FIRST_BUFFER;
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
         if (!c || !c->buf || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
             epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
@@ -186,6 +202,8 @@ static void accept_clients(struct np_gpu_server *s) {
             continue;
         }
         c->fd = fd;
+        c->accepted_ns = np_monotonic_ns();
+        s->nclients++;
         c->pid = cred.pid;
         c->ns_pid = namespace_pid(cred.pid);
         c->next = s->clients;
@@ -282,8 +300,16 @@ static int parse_frames(struct np_gpu_server *s, struct client *c) {
             return NP_REJECT_OVERSIZED;
         if (h.size < sizeof(h))
             return NP_REJECT_BAD_RECORD;
-        if (c->len - off < h.size)
+        if (c->len - off < h.size) {
+            if (h.size > c->cap) { /* room for the whole frame */
+                uint8_t *buf = realloc(c->buf, NP_WIRE_MAX_FRAME);
+                if (!buf)
+                    return NP_REJECT_OVERSIZED;
+                c->buf = buf;
+                c->cap = NP_WIRE_MAX_FRAME;
+            }
             break;
+        }
         if (off) {
             memmove(c->buf, c->buf + off, c->len - off);
             c->len -= off;
@@ -300,7 +326,7 @@ static int parse_frames(struct np_gpu_server *s, struct client *c) {
 
 static void read_client(struct np_gpu_server *s, struct client *c) {
     for (;;) {
-        ssize_t n = recv(c->fd, c->buf + c->len, NP_WIRE_MAX_FRAME - c->len, 0);
+        ssize_t n = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -334,6 +360,14 @@ void np_gpu_server_poll(struct np_gpu_server *s) {
         }
         if (n < 32)
             break;
+    }
+}
+
+void np_gpu_server_tick(struct np_gpu_server *s, uint64_t now) {
+    for (struct client *c = s->clients, *next; c; c = next) {
+        next = c->next;
+        if (!c->hello_ok && now - c->accepted_ns >= HELLO_DEADLINE_NS)
+            reject(s, c, NP_REJECT_NO_HELLO);
     }
 }
 

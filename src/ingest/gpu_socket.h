@@ -22,6 +22,7 @@ enum np_reject_reason {
     NP_REJECT_NOT_TRACED,
     NP_REJECT_BAD_RECORD,
     NP_REJECT_BAD_TYPE,
+    NP_REJECT_TOO_MANY, /* more than 256 connections at once */
     NP_REJECT_MAX
 };
 
@@ -55,6 +56,8 @@ int np_gpu_server_open(const char *path, const struct np_gpu_server_ops *ops,
 int np_gpu_server_fd(const struct np_gpu_server *s);
 /* Accepts and reads whatever is ready, without blocking. */
 void np_gpu_server_poll(struct np_gpu_server *s);
+/* Closes connections that said nothing for 5 s (counted as no_hello). */
+void np_gpu_server_tick(struct np_gpu_server *s, uint64_t now);
 const struct np_gpu_server_stats *np_gpu_server_stats(const struct np_gpu_server *s);
 const char *np_reject_reason_name(enum np_reject_reason r);
 /* Closes every client (on_close for each) and removes the socket file. */
