@@ -222,21 +222,31 @@ out:
     return status;
 }
 
+/* One flush at a time: our thread's periodic one and the exit one. */
+static pthread_mutex_t flush_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void flush(uint32_t flags) {
+    if (!inj.active)
+        return;
+    pthread_mutex_lock(&flush_lock);
+    inj.api.ActivityFlushAll(flags);
+    pthread_mutex_unlock(&flush_lock);
+}
+
 static void flush_periodic(void) {
-    if (inj.active)
-        inj.api.ActivityFlushAll(0);
+    flush(0);
 }
 
 /* Best effort: what CUPTI still holds, including records not complete
  * yet, then the queue, within a bounded time. */
 static void at_exit(void) {
-    if (inj.active)
-        inj.api.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     np_sink_stop(EXIT_DRAIN_MS);
 }
 
 static void after_fork_in_child(void) {
     inj.active = false; /* CUPTI state does not survive fork; send nothing */
+    pthread_mutex_init(&flush_lock, NULL);
     np_sink_forget_after_fork();
 }
 
