@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import NCCLPROBE, PROGS, PROGS_ENV, BUILD, needs_bpf
+from conftest import NCCLPROBE, PROGS, PROGS_ENV, BUILD, REPO, interpreters, needs_bpf
 
 CUPTI_LIB = BUILD / "libncclprobe_cupti.so"
 APP = PROGS / "cupti_app"
@@ -387,3 +387,33 @@ def test_idle_and_excess_connections_are_closed(tmp_path):
     gpu = json.loads((out / "summary.json").read_text())["gpu"]
     assert gpu["rejected"]["too_many_clients"] == 300 - 255
     assert gpu["rejected"]["no_hello"] == 1
+
+
+@pytest.mark.parametrize("python", interpreters())
+def test_python_lines_weighted_by_gpu_time(tmp_path, python):
+    """The whole story on each CPython: a Python line's launches, their
+    kernels and GPU time. merged.gpu_ns.folded must give matmul 10 x 1000 ns
+    and softmax 20 x 300 ns, each under its own Python frames."""
+    out = tmp_path / "rec"
+    proc = subprocess.run(
+        [str(NCCLPROBE), "record", "-o", str(out), "--cupti-socket", str(tmp_path / "c.sock"),
+         "--", python, str(REPO / "tests/progs/py_cupti.py"), str(CUPTI_LIB),
+         str(PROGS / "libcupti_replay.so")],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "CUDART_PATH": PROGS_ENV.get("CUDART_PATH", "")})
+    assert proc.returncode == 0, proc.stderr
+    assert "launches matmul=10 softmax=20" in proc.stdout
+    ns = parse_folded(out / "merged.gpu_ns.folded")
+    count = parse_folded(out / "merged.folded")
+    # matmul is called from one line of step(), softmax from two: one stack per line
+    want = {"matmul": (1, 10, 10000), "softmax": (2, 10, 3000)}
+    for op, (nlines, n, total) in want.items():
+        lines = [s for s in ns if s.endswith(";cudaLaunchKernel;[GPU_Kernel]%s_kernel" % op)]
+        assert len(lines) == nlines, ns
+        step_lines = set()
+        for line in lines:
+            py = [f for f in line.split(";") if "(py_cupti.py:" in f]
+            assert [f.split(" ")[0] for f in py] == ["<module>", "train", "step", op, "launch"]
+            step_lines.add(py[2])
+            assert ns[line] == total and count[line] == n
+        assert len(step_lines) == nlines
