@@ -86,8 +86,8 @@ demo: $(BUILD)/ncclprobe $(BUILD)/demo/.built
 
 # ---- tests -------------------------------------------------------------------
 UNIT_SRCS := $(filter-out src/cli/main.c,$(SRCS))
-$(BUILD)/unit_tests: tests/unit/unit_tests.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o)
-	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
+$(BUILD)/unit_tests: tests/unit/unit_tests.c tests/unit/check.h $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o)
+	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $(filter-out %.h,$^) $(LIBS)
 
 # Checks the CPython line-table decoders against the interpreters (tests/test_pylines.py).
 $(BUILD)/pyline_check: tests/progs/pyline_check.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o)
@@ -97,8 +97,8 @@ $(BUILD)/unwind_bench: bench/unwind_bench.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o
 	$(CC) $(CFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
 
 # The offline merge's matcher alone (src/correlate/tolerance.c).
-$(BUILD)/merge_unit: tests/unit/merge_unit.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o)
-	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
+$(BUILD)/merge_unit: tests/unit/merge_unit.c tests/unit/check.h $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o)
+	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $(filter-out %.h,$^) $(LIBS)
 
 test-unit: $(BUILD)/unit_tests $(BUILD)/merge_unit
 	$(BUILD)/unit_tests
@@ -125,7 +125,7 @@ bench: $(BUILD)/ncclprobe $(BUILD)/progs/.built $(BUILD)/unwind_bench $(BUILD)/j
 	bench/gpu.sh $(BUILD)
 	bench/merge.sh $(BUILD)
 
-FORMATTED := $(BPF_SRC) $(SRCS) $(HEADERS) $(CUPTI_SRCS) tests/unit/*.c $(wildcard tests/progs/*.[ch] \
+FORMATTED := $(BPF_SRC) $(SRCS) $(HEADERS) $(CUPTI_SRCS) tests/unit/*.[ch] $(wildcard tests/progs/*.[ch] \
 	tests/progs/*.cc tools/demo/*.[ch] tools/demo/standin/*.[ch] bench/*.c)
 
 format:

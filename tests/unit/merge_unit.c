@@ -7,19 +7,8 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "check.h"
 #include "correlate/tolerance.h"
-
-static int passed, failed;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            passed++;                                                                              \
-        } else {                                                                                   \
-            failed++;                                                                              \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                        \
-        }                                                                                          \
-    } while (0)
 
 #define MS 1000000LL
 #define NONE NP_MATCH_NONE

@@ -12,6 +12,7 @@
 #include "attach/elfscan.h"
 #include "attach/procmaps.h"
 #include "attach/target.h"
+#include "check.h"
 #include "correlate/gpu.h"
 #include "ingest/launch.h"
 #include "lib/hashmap.h"
@@ -20,18 +21,6 @@
 #include "symbolize/symbolize.h"
 #include "writers/json.h"
 #include "writers/output.h"
-
-static int passed, failed;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            passed++;                                                                              \
-        } else {                                                                                   \
-            failed++;                                                                              \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                        \
-        }                                                                                          \
-    } while (0)
 
 static void check_str(const char *got, const char *want, const char *what) {
     if (got && strcmp(got, want) == 0) {
