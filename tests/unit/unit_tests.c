@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "attach/dwarf_layout.h"
 #include "attach/elfscan.h"
 #include "attach/procmaps.h"
 #include "attach/target.h"
@@ -376,6 +377,84 @@ static void test_gpu_join(void) {
     np_gpu_join_free(j);
 }
 
+/* Offsets read from the DWARF of the toolkit's real libnccl.so.2 (2.28.9)
+ * equal those in ../shared/notes/nccl.md, found there with gdb/pahole and
+ * the disassembly - an independent source. Skipped without that library. */
+static void test_nccl_dwarf_layout(void) {
+    static const char *const paths[] = {"/usr/local/cuda/lib64/libnccl.so.2",
+                                        "/usr/local/cuda/lib/libnccl.so.2"};
+    const char *lib = NULL;
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]) && !lib; i++)
+        if (access(paths[i], R_OK) == 0)
+            lib = paths[i];
+    if (!lib) {
+        printf("skipped: no toolkit libnccl.so.2\n");
+        return;
+    }
+    static const struct {
+        struct np_field_query q;
+        int64_t offset;
+        uint8_t bit_size;
+    } want[] = {
+        {{"ncclComm", "commHash"}, 0x1044c8, 0},
+        {{"ncclComm", "rank"}, 0x1044d0, 0},
+        {{"ncclComm", "nRanks"}, 0x1044d4, 0},
+        {{"ncclComm", "cudaDev"}, 0x1044d8, 0},
+        {{"ncclComm", "cudaArch"}, 0x104578, 0},
+        {{"ncclComm", "planner.streams"}, 0x1054a0, 0},
+        {{"ncclComm", "config.blocking"}, 0x106998, 0},
+        {{"ncclKernelPlan", "comm"}, 16, 0},
+        {{"ncclKernelPlan", "isSymColl"}, 34, 0},
+        {{"ncclKernelPlan", "isCeColl"}, 35, 0},
+        {{"ncclKernelPlan", "kernelFn"}, 40, 0},
+        {{"ncclKernelPlan", "channelMask"}, 64, 0},
+        {{"ncclKernelPlan", "threadPerBlock"}, 76, 0},
+        {{"ncclKernelPlan", "p2pTaskQueue.head"}, 136, 0},
+        {{"ncclKernelPlan", "collTaskQueue.head"}, 152, 0},
+        {{"ncclTaskColl", "next"}, 0, 0},
+        {{"ncclTaskColl", "func"}, 8, 0},
+        {{"ncclTaskColl", "count"}, 32, 0},
+        {{"ncclTaskColl", "root"}, 40, 0},
+        {{"ncclTaskColl", "datatype"}, 44, 0},
+        {{"ncclTaskColl", "opHost"}, 48, 0},
+        {{"ncclTaskColl", "algorithm"}, 98, 8},
+        {{"ncclTaskColl", "protocol"}, 99, 8},
+        {{"ncclTaskColl", "nChannels"}, 232, 0},
+        {{"ncclTaskP2p", "func"}, 8, 0},
+        {{"ncclTaskP2p", "buff"}, 16, 0},
+        {{"ncclTaskP2p", "count"}, 24, 0},
+        {{"ncclTaskP2p", "datatype"}, 32, 0},
+        {{"ncclTaskP2p", "root"}, 36, 0},
+        {{"ncclTaskP2p", "nChannels"}, 80, 0},
+        {{"ncclKernelPlan", "noSuchField"}, -1, 0},
+    };
+    enum { N = sizeof(want) / sizeof(want[0]) };
+    struct np_field_query q[N];
+    struct np_field got[N];
+    for (size_t i = 0; i < N; i++)
+        q[i] = want[i].q;
+    CHECK(np_dwarf_fields(lib, q, N, got) == 0);
+    for (size_t i = 0; i < N; i++) {
+        if (got[i].offset == want[i].offset && got[i].bit_size == want[i].bit_size &&
+            got[i].bit_shift == 0) {
+            passed++;
+            continue;
+        }
+        failed++;
+        fprintf(stderr, "FAIL nccl layout %s.%s: got %lld (bits %u<<%u), want %lld\n", q[i].type,
+                q[i].path, (long long)got[i].offset, got[i].bit_size, got[i].bit_shift,
+                (long long)want[i].offset);
+    }
+    CHECK(got[2].size == 4 && got[0].size == 8); /* nRanks int, commHash u64 */
+    struct np_field none[1];
+    const struct np_field_query self = {"np_field", "offset"};
+    CHECK(np_dwarf_fields("/proc/self/exe", &self, 1, none) == 0 && none[0].offset == 0);
+    CHECK(np_dwarf_fields("/nonexistent", &self, 1, none) == -ENOENT);
+    /* Debian's binaries are stripped: no debug info is its own answer */
+    if (access("/usr/bin/true", R_OK) == 0)
+        CHECK(np_dwarf_fields("/usr/bin/true", &self, 1, none) == -ENODATA);
+}
+
 int main(void) {
     test_demangle();
     test_thunk();
@@ -385,6 +464,7 @@ int main(void) {
     test_hashmap();
     test_hashmap_delete();
     test_gpu_join();
+    test_nccl_dwarf_layout();
     test_decode();
     test_writers();
     test_parse();

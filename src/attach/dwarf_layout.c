@@ -1,0 +1,188 @@
+/* dwarf_layout.c - struct member offsets from DWARF (see dwarf_layout.h).
+ * Only the top level of each compile unit (and the namespaces in it) is
+ * searched for the struct definitions: that is where C and C++ put named
+ * struct types, and it keeps a 12 MB .debug_info (libnccl) to one pass
+ * that stops once every asked-for struct was found. */
+#define _GNU_SOURCE
+#include "attach/dwarf_layout.h"
+
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The member called `name` of struct/union `parent`, looking through
+ * anonymous members; *offset gets its offset from the parent's start. */
+static bool find_member(Dwarf_Die *parent, const char *name, size_t name_len, Dwarf_Die *out,
+                        int64_t *offset);
+
+static int64_t member_location(Dwarf_Die *member) {
+    Dwarf_Attribute attr;
+    Dwarf_Word loc;
+    if (!dwarf_attr(member, DW_AT_data_member_location, &attr))
+        return 0; /* union members, DWARF 5 bit-fields */
+    return dwarf_formudata(&attr, &loc) == 0 ? (int64_t)loc : -1;
+}
+
+static bool peel_to_struct(Dwarf_Die *member, Dwarf_Die *type) {
+    Dwarf_Attribute attr;
+    if (!dwarf_attr_integrate(member, DW_AT_type, &attr) || !dwarf_formref_die(&attr, type) ||
+        dwarf_peel_type(type, type) != 0)
+        return false;
+    int tag = dwarf_tag(type);
+    return tag == DW_TAG_structure_type || tag == DW_TAG_class_type || tag == DW_TAG_union_type;
+}
+
+static bool find_member(Dwarf_Die *parent, const char *name, size_t name_len, Dwarf_Die *out,
+                        int64_t *offset) {
+    Dwarf_Die child;
+    if (dwarf_child(parent, &child) != 0)
+        return false;
+    do {
+        if (dwarf_tag(&child) != DW_TAG_member)
+            continue;
+        const char *child_name = dwarf_diename(&child);
+        int64_t loc = member_location(&child);
+        if (loc < 0)
+            continue;
+        if (child_name && strlen(child_name) == name_len &&
+            memcmp(child_name, name, name_len) == 0) {
+            *out = child;
+            *offset = loc;
+            return true;
+        }
+        Dwarf_Die anon;
+        int64_t inner;
+        if (!child_name && peel_to_struct(&child, &anon) &&
+            find_member(&anon, name, name_len, out, &inner)) {
+            *offset = loc + inner;
+            return true;
+        }
+    } while (dwarf_siblingof(&child, &child) == 0);
+    return false;
+}
+
+static bool attr_udata(Dwarf_Die *die, unsigned int name, Dwarf_Word *out) {
+    Dwarf_Attribute attr;
+    return dwarf_attr(die, name, &attr) && dwarf_formudata(&attr, out) == 0;
+}
+
+/* A bit-field's byte (little-endian) and shift. base: the offset of the
+ * member (DWARF 4) or of the struct holding it (DWARF 5). */
+static void bitfield_position(Dwarf_Die *member, int64_t base, struct np_field *f) {
+    Dwarf_Word bits, bit_offset, unit;
+    int64_t lsb;
+    if (!attr_udata(member, DW_AT_bit_size, &bits))
+        return;
+    if (attr_udata(member, DW_AT_data_bit_offset, &bit_offset)) /* DWARF 5: from the LSB */
+        lsb = base * 8 + (int64_t)bit_offset;
+    else if (attr_udata(member, DW_AT_bit_offset, &bit_offset) &&
+             attr_udata(member, DW_AT_byte_size, &unit)) /* DWARF 4: from the unit's MSB */
+        lsb = base * 8 + (int64_t)(unit * 8 - bit_offset - bits);
+    else
+        return;
+    f->bit_size = (uint8_t)bits;
+    f->offset = lsb / 8;
+    f->bit_shift = (uint8_t)(lsb % 8);
+}
+
+/* Follows a dotted path from struct `die`; fills *f or leaves offset -1. */
+static void resolve_path(Dwarf_Die *die, const char *path, struct np_field *f) {
+    Dwarf_Die cur = *die, member;
+    int64_t total = 0;
+    for (const char *p = path;;) {
+        size_t len = strcspn(p, ".");
+        int64_t off;
+        if (!find_member(&cur, p, len, &member, &off))
+            return;
+        total += off;
+        if (p[len] == '\0')
+            break;
+        if (!peel_to_struct(&member, &cur))
+            return;
+        p += len + 1;
+    }
+    Dwarf_Die type;
+    Dwarf_Attribute attr;
+    if (dwarf_attr_integrate(&member, DW_AT_type, &attr) && dwarf_formref_die(&attr, &type) &&
+        dwarf_peel_type(&type, &type) == 0) {
+        Dwarf_Word size;
+        f->size = dwarf_aggregate_size(&type, &size) == 0 ? (uint32_t)size : 0;
+    }
+    f->offset = total;
+    bitfield_position(&member, total, f);
+}
+
+static bool is_definition(Dwarf_Die *die) {
+    Dwarf_Attribute attr;
+    bool decl = false;
+    if (dwarf_attr(die, DW_AT_declaration, &attr))
+        dwarf_formflag(&attr, &decl);
+    return !decl && dwarf_hasattr(die, DW_AT_byte_size);
+}
+
+struct search {
+    const struct np_field_query *queries;
+    size_t n;
+    struct np_field *out;
+    bool *found; /* per query: its struct was seen */
+    size_t left;
+};
+
+static void use_struct(Dwarf_Die *die, struct search *s) {
+    const char *name = dwarf_diename(die);
+    if (!name || !is_definition(die))
+        return;
+    for (size_t i = 0; i < s->n; i++) {
+        if (s->found[i] || strcmp(s->queries[i].type, name) != 0)
+            continue;
+        s->found[i] = true;
+        s->left--;
+        resolve_path(die, s->queries[i].path, &s->out[i]);
+    }
+}
+
+static void scan_scope(Dwarf_Die *scope, struct search *s) {
+    Dwarf_Die child;
+    if (dwarf_child(scope, &child) != 0)
+        return;
+    do {
+        int tag = dwarf_tag(&child);
+        if (tag == DW_TAG_structure_type || tag == DW_TAG_class_type)
+            use_struct(&child, s);
+        else if (tag == DW_TAG_namespace)
+            scan_scope(&child, s);
+    } while (s->left > 0 && dwarf_siblingof(&child, &child) == 0);
+}
+
+int np_dwarf_fields(const char *path, const struct np_field_query *queries, size_t n,
+                    struct np_field *out) {
+    bool found[n > 0 ? n : 1];
+    for (size_t i = 0; i < n; i++) {
+        out[i] = (struct np_field){.offset = -1};
+        found[i] = false;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    Dwarf *dw = dwarf_begin(fd, DWARF_C_READ);
+    if (!dw) {
+        close(fd);
+        return -ENODATA;
+    }
+    struct search s = {.queries = queries, .n = n, .out = out, .found = found, .left = n};
+    Dwarf_Off off = 0, next;
+    size_t header;
+    while (s.left > 0 && dwarf_nextcu(dw, off, &next, &header, NULL, NULL, NULL) == 0) {
+        Dwarf_Die cu;
+        if (dwarf_offdie(dw, off + header, &cu))
+            scan_scope(&cu, &s);
+        off = next;
+    }
+    dwarf_end(dw);
+    close(fd);
+    return 0;
+}
