@@ -228,19 +228,26 @@ def send(path, data, close_wait=0.05):
     s.close()
 
 
-def test_rogue_clients_are_rejected_and_nothing_else_is_lost(tmp_path):
-    out = tmp_path / "rec"
-    sock = tmp_path / "cupti.sock"
-    expect = tmp_path / "expect.jsonl"
+def record_waiting_app(tmp_path, app_args):
+    """ncclprobe record -- cupti_app --wait-signal: returns the recording
+    process, its paths and the app's pid once the app waits for SIGUSR1."""
+    out, sock, expect = tmp_path / "rec", tmp_path / "cupti.sock", tmp_path / "expect.jsonl"
     proc = subprocess.Popen(
         [str(NCCLPROBE), "record", "-o", str(out), "--cupti-socket", str(sock), "--",
-         str(APP), "--injection", str(CUPTI_LIB), "--expect", str(expect), "--scenario", "mixed",
-         "--iters", "5", "--wait-signal"],
+         str(APP), "--injection", str(CUPTI_LIB), "--expect", str(expect), *app_args,
+         "--wait-signal"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if not line.startswith("ready "):
+        proc.kill()
+        raise AssertionError(line + proc.stderr.read())
+    return proc, out, sock, expect, int(line.split()[1])
+
+
+def test_rogue_clients_are_rejected_and_nothing_else_is_lost(tmp_path):
+    proc, out, sock, expect, pid = record_waiting_app(tmp_path, ["--scenario", "mixed",
+                                                                 "--iters", "5"])
     try:
-        line = proc.stdout.readline()
-        assert line.startswith("ready "), line + proc.stderr.read()
-        pid = int(line.split()[1])
         me = os.getpid()
         send(sock, os.urandom(4096))                              # random bytes
         send(sock, hello(me)[:20])                                # truncated
@@ -353,19 +360,10 @@ def test_idle_and_excess_connections_are_closed(tmp_path):
     """At most 256 connections at once (the app's library holds one); a
     connection that says nothing for 5 s is closed; the real client's
     records all arrive."""
-    out = tmp_path / "rec"
-    sock = tmp_path / "cupti.sock"
-    expect = tmp_path / "expect.jsonl"
-    proc = subprocess.Popen(
-        [str(NCCLPROBE), "record", "-o", str(out), "--cupti-socket", str(sock), "--",
-         str(APP), "--injection", str(CUPTI_LIB), "--expect", str(expect), "--scenario", "eager",
-         "--iters", "4", "--wait-signal"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, out, sock, expect, pid = record_waiting_app(tmp_path, ["--scenario", "eager",
+                                                                 "--iters", "4"])
     conns = []
     try:
-        line = proc.stdout.readline()
-        assert line.startswith("ready "), line
-        pid = int(line.split()[1])
         time.sleep(0.3)  # the app's own connection is in
         for _ in range(300):
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

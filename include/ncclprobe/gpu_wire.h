@@ -47,9 +47,9 @@ enum np_hello_status {
 
 struct np_wire_hello {
     struct np_wire_header hdr;
-    uint32_t status;        /* enum np_hello_status */
-    uint32_t cupti_version; /* cuptiGetVersion(), 0 if unknown */
-    uint64_t clock_mono_ns; /* CLOCK_MONOTONIC when sent (GPU times are on this clock) */
+    uint32_t status; /* enum np_hello_status */
+    uint32_t pad;
+    uint64_t clock_mono_ns; /* CLOCK_MONOTONIC when sent, in the sender's time namespace */
     char message[256];      /* NUL-terminated: why not active, or the CUPTI library path */
 };
 
@@ -100,6 +100,13 @@ struct np_gpu_record {
 };
 
 #define NP_GPU_RECORD_FIXED ((uint32_t)sizeof(struct np_gpu_record))
+
+/* A memcpy record's copy_kind as CUPTI names it ("HtoD", ...). */
+static inline const char *np_gpu_copy_kind_name(uint8_t kind) {
+    static const char *const names[] = {"Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA",
+                                        "AtoD",    "DtoA", "DtoD", "HtoH", "PtoP"};
+    return kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "Unknown";
+}
 
 static inline uint32_t np_gpu_record_size(uint32_t name_len) {
     return (NP_GPU_RECORD_FIXED + name_len + 7u) & ~7u;

@@ -246,6 +246,15 @@ static void gpu_on_hello(void *ctx, pid_t pid, const struct np_wire_hello *h) {
         return;
     t->gpu_hello = true;
     t->gpu_status = h->status;
+    /* A time namespace shifts the target's CLOCK_MONOTONIC: its GPU times
+     * are then not on the clock of its launches. Said, not corrected. */
+    int64_t offset = (int64_t)(h->clock_mono_ns - np_monotonic_ns());
+    if (offset > 1000000000ll || offset < -1000000000ll) {
+        t->gpu_clock_offset_ns = offset;
+        np_warn("pid %d (%s): its CLOCK_MONOTONIC is %.3f s off ours (a time namespace?): its "
+                "GPU start/end times are shifted by that much",
+                t->pid, t->comm, (double)offset / 1e9);
+    }
     snprintf(t->gpu_message, sizeof(t->gpu_message), "%s", h->message);
     if (h->status == NP_HELLO_ACTIVE) {
         t->gpu_off = false;

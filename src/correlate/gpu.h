@@ -31,7 +31,6 @@ enum np_gpu_status {
 
 struct np_gpu_launch {
     uint32_t pid, tid;
-    uint64_t ts_ns;    /* the CPU-side launch time */
     uint64_t stack_id; /* the writer's id of the launch's stack */
     char *json;        /* the launch's launches.jsonl object, without its closing brace */
     char *cpu_kernel;  /* the kernel name the CPU side knows */
@@ -72,9 +71,8 @@ void np_gpu_join_free(struct np_gpu_join *j);
 
 /* A launch of a process whose library will send records: held until they
  * come. Takes copies of json and cpu_kernel. -ENOMEM: retired at once. */
-int np_gpu_join_launch(struct np_gpu_join *j, uint32_t pid, uint32_t tid, uint64_t ts_ns,
-                       uint64_t stack_id, const char *json, const char *cpu_kernel,
-                       bool runtime_api, uint64_t now);
+int np_gpu_join_launch(struct np_gpu_join *j, uint32_t pid, uint32_t tid, uint64_t stack_id,
+                       const char *json, const char *cpu_kernel, bool runtime_api, uint64_t now);
 /* A CUPTI callback (domain 1 driver, 2 runtime) on thread tid named id. It
  * belongs to the thread's open launch when that launch can contain it: one
  * id per domain (a runtime call and the driver call it makes), runtime ids

@@ -114,12 +114,6 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CU
     }
 }
 
-static uint64_t CUPTIAPI monotonic_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Subscribes; NP_HELLO_CUPTI_BUSY with the holder's name when a profiler
  * already has CUPTI. */
 static uint32_t subscribe(char *message, size_t size) {
@@ -197,7 +191,7 @@ static uint32_t activate(char *message, size_t size) {
         goto out;
     status = NP_HELLO_CUPTI_FAILED;
     np_activity_init(api);
-    if (check(api->ActivityRegisterTimestampCallback(monotonic_ns),
+    if (check(api->ActivityRegisterTimestampCallback(np_clock_ns),
               "cuptiActivityRegisterTimestampCallback", message, size) ||
         check(api->SetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM), "cuptiSetThreadIdType",
               message, size) ||
@@ -214,7 +208,11 @@ static uint32_t activate(char *message, size_t size) {
         goto out;
     status = NP_HELLO_ACTIVE;
     inj.active = true;
-    snprintf(message, size, "CUPTI %s", api->path);
+    uint32_t version = 0;
+    if (api->GetVersion && api->GetVersion(&version) == CUPTI_SUCCESS && version)
+        snprintf(message, size, "CUPTI %s (API version %u)", api->path, version);
+    else
+        snprintf(message, size, "CUPTI %s", api->path);
 out:
     pthread_mutex_unlock(&inj.lock);
     if (status != NP_HELLO_ACTIVE)

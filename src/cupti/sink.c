@@ -53,16 +53,14 @@ static struct {
     .fd = -1,
 };
 
-static uint64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static uint64_t now_ns(void) {
+uint64_t np_clock_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t now_ms(void) {
+    return np_clock_ns() / 1000000;
 }
 
 struct np_sink_counters *np_sink_counters(void) {
@@ -141,7 +139,7 @@ static void send_hello(void) {
     memset(&h, 0, sizeof(h));
     fill_header(&h.hdr, NP_WIRE_HELLO, sizeof(h));
     h.status = sink.status;
-    h.clock_mono_ns = now_ns();
+    h.clock_mono_ns = np_clock_ns();
     snprintf(h.message, sizeof(h.message), "%s", sink.message);
     send_all(&h, sizeof(h));
 }
@@ -207,12 +205,6 @@ static void json_us(FILE *f, uint64_t ns) {
     fprintf(f, "%" PRIu64 ".%03" PRIu64, ns / 1000, ns % 1000);
 }
 
-static const char *copy_kind_name(uint8_t kind) {
-    static const char *const names[] = {"Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA",
-                                        "AtoD",    "DtoA", "DtoD", "HtoH", "PtoP"};
-    return kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "Unknown";
-}
-
 static void write_event(const struct np_gpu_record *r) {
     FILE *f = sink.file;
     uint64_t dur = r->end_ns > r->start_ns ? r->end_ns - r->start_ns : 0;
@@ -222,7 +214,7 @@ static void write_event(const struct np_gpu_record *r) {
     sink.file_has_events = true;
     fputs("{\"name\":", f);
     if (r->kind == NP_GPU_MEMCPY)
-        fprintf(f, "\"Memcpy %s\"", copy_kind_name(r->copy_kind));
+        fprintf(f, "\"Memcpy %s\"", np_gpu_copy_kind_name(r->copy_kind));
     else if (r->kind == NP_GPU_MEMSET)
         fputs("\"Memset\"", f);
     else
@@ -250,7 +242,7 @@ static void write_event(const struct np_gpu_record *r) {
     else
         fprintf(f, ",\"bytes\":%" PRIu64, r->bytes);
     if (r->kind == NP_GPU_MEMCPY)
-        fprintf(f, ",\"copyKind\":\"%s\"", copy_kind_name(r->copy_kind));
+        fprintf(f, ",\"copyKind\":\"%s\"", np_gpu_copy_kind_name(r->copy_kind));
     fputs("}}", f);
 }
 

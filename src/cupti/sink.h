@@ -47,6 +47,10 @@ int np_sink_start(const char *file, const char *socket_path, const struct np_sin
 /* Marks CUPTI active (file mode: activation done by the caller). */
 void np_sink_set_status(uint32_t status, const char *message);
 
+/* CLOCK_MONOTONIC in ns: the clock of BPF's timestamps, which CUPTI's
+ * records are put on too (inject.c registers it as CUPTI's clock). */
+uint64_t np_clock_ns(void);
+
 struct np_frame *np_frame_new(size_t cap);
 /* Hands a finished ACTIVITY frame to the sink (ownership passes). */
 void np_sink_submit(struct np_frame *f);

@@ -133,13 +133,13 @@ static void write_launch(struct np_ingest *in, struct np_target *t, const struct
                          kernel, hold ? &in->held_json : NULL);
     if (!hold)
         return;
-    if (!t->gpu_first_held_ns)
-        t->gpu_first_held_ns = np_monotonic_ns();
+    /* The join's clock is CLOCK_MONOTONIC, the clock of the event's own time. */
     const struct np_launch_event *e = l->ev;
+    if (!t->gpu_first_held_ns)
+        t->gpu_first_held_ns = e->hdr.ts_ns;
     bool runtime_api = l->def->family == NP_FAMILY_RUNTIME || l->def->family == NP_FAMILY_NCCL;
-    int err =
-        np_gpu_join_launch(in->gpu, e->hdr.pid, e->hdr.tid, e->hdr.ts_ns, sid,
-                           np_str_cstr(&in->held_json), kernel, runtime_api, np_monotonic_ns());
+    int err = np_gpu_join_launch(in->gpu, e->hdr.pid, e->hdr.tid, sid, np_str_cstr(&in->held_json),
+                                 kernel, runtime_api, e->hdr.ts_ns);
     if (err) { /* cannot wait: written now, as never matched */
         struct np_gpu_launch now = {.stack_id = sid,
                                     .json = (char *)np_str_cstr(&in->held_json),
@@ -156,7 +156,7 @@ static void handle_marker(struct np_ingest *in, const struct np_marker_event *m,
     in->stats.marker_events++;
     if (in->gpu)
         np_gpu_join_marker(in->gpu, m->hdr.pid, m->hdr.tid, m->correlation_id, m->domain,
-                           np_monotonic_ns());
+                           m->hdr.ts_ns);
 }
 
 static void handle_launch(struct np_ingest *in, const struct np_launch_event *e, size_t size) {

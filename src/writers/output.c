@@ -244,16 +244,10 @@ uint64_t np_output_launch(struct np_output *o, const struct np_launch *l, const 
     return sid;
 }
 
-static const char *copy_kind_name(uint8_t kind) {
-    static const char *const names[] = {"Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA",
-                                        "AtoD",    "DtoA", "DtoD", "HtoH", "PtoP"};
-    return kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "Unknown";
-}
-
 /* The flame-graph leaf of a GPU record. */
 static void gpu_leaf(char *out, size_t size, const struct np_gpu_record *r) {
     if (r->kind == NP_GPU_MEMCPY) {
-        snprintf(out, size, "[GPU_Memcpy]%s", copy_kind_name(r->copy_kind));
+        snprintf(out, size, "[GPU_Memcpy]%s", np_gpu_copy_kind_name(r->copy_kind));
     } else if (r->kind == NP_GPU_MEMSET) {
         snprintf(out, size, "[GPU_Memset]");
     } else {
@@ -286,7 +280,7 @@ static void gpu_record_json(struct np_str *s, const struct np_gpu_record *r) {
                        r->grid[2], r->block[0], r->block[1], r->block[2]);
     else if (r->kind == NP_GPU_MEMCPY)
         np_str_appendf(s, ",\"copy_kind\":\"%s\",\"bytes\":%" PRIu64 "}",
-                       copy_kind_name(r->copy_kind), r->bytes);
+                       np_gpu_copy_kind_name(r->copy_kind), r->bytes);
     else
         np_str_appendf(s, ",\"bytes\":%" PRIu64 "}", r->bytes);
 }

@@ -109,6 +109,7 @@ static cJSON *target_json(const struct np_target *t) {
         add_text(g, "status",
                  !t->gpu_hello ? "no_connection" : states[t->gpu_status < 3 ? t->gpu_status : 2]);
         add_text(g, "message", t->gpu_message);
+        cJSON_AddNumberToObject(g, "clock_offset_ns", (double)t->gpu_clock_offset_ns);
         const struct np_wire_stats *st = &t->gpu_stats;
         add_u64(g, "records_sent", st->records_sent);
         add_u64(g, "dropped_by_cupti", st->dropped_by_cupti);
