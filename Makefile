@@ -118,11 +118,15 @@ $(BUILD)/join_bench: bench/join_bench.c src/correlate/gpu.c src/lib/hashmap.c $(
 $(BUILD)/marker_loop: bench/marker_loop.c
 	$(CC) $(CFLAGS) $(WARN) -o $@ $< -ldl
 
+$(BUILD)/nccl_loop: bench/nccl_loop.c
+	$(CC) $(CFLAGS) $(WARN) -o $@ $< -ldl
+
 bench: $(BUILD)/ncclprobe $(BUILD)/progs/.built $(BUILD)/unwind_bench $(BUILD)/join_bench \
-		$(BUILD)/marker_loop $(CUPTI_LIB)
+		$(BUILD)/marker_loop $(BUILD)/nccl_loop $(CUPTI_LIB)
 	bench/run.sh $(BUILD)
 	bench/unwind.sh $(BUILD)
 	bench/gpu.sh $(BUILD)
+	bench/nccl.sh $(BUILD)
 	bench/merge.sh $(BUILD)
 
 FORMATTED := $(BPF_SRC) $(SRCS) $(HEADERS) $(CUPTI_SRCS) tests/unit/*.[ch] $(wildcard tests/progs/*.[ch] \

@@ -639,6 +639,127 @@ static __always_inline void report_marker(struct pt_regs *ctx, __u64 pid_tgid) {
     count(NP_CNT_MARKER_SENT);
 }
 
+/* ---- NCCL kernel plans --------------------------------------------------
+ *
+ * At ncclLaunchKernel / ncclLaunchCeColl, before the launch's own record,
+ * one np_nccl_plan_event: raw bytes of the communicator, the plan, and each
+ * task on the plan's task lists, at offsets user space read from the
+ * library's DWARF (nccl_cfg, per probe id). The launch record follows it on
+ * the ring: user space joins them by thread. */
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 4096);
+    __type(key, __u32);
+    __type(value, struct np_nccl_cfg);
+} nccl_cfg SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct np_nccl_plan_event);
+} nccl_scratch SEC(".maps");
+
+struct task_walk {
+    struct np_nccl_plan_event *e;
+    const struct np_nccl_list_cfg *list;
+    __u64 node;
+    __u32 slot;  /* next free slot in e->tasks */
+    __u32 count; /* nodes seen */
+    __u32 copied;
+};
+
+static long task_walk_step(__u32 i, void *ctx) {
+    struct task_walk *w = ctx;
+    if (!w->node)
+        return 1;
+    __u32 slot = w->slot;
+    if (slot < NP_NCCL_MAX_TASKS) {
+        __u32 len = w->list->len;
+        if (len > NP_NCCL_TASK_BYTES)
+            len = NP_NCCL_TASK_BYTES;
+        if (bpf_probe_read_user(w->e->tasks[slot], len, (void *)(w->node + w->list->lo)) != 0) {
+            w->e->flags |= NP_NF_TASK_ERR;
+            return 1;
+        }
+        w->slot = slot + 1;
+        w->copied++;
+    } else {
+        w->e->flags |= NP_NF_TRUNCATED;
+    }
+    w->count++;
+    __u64 next = read_user_u64(w->node + w->list->next);
+    w->node = next == w->node ? 0 : next; /* a corrupt list must not spin */
+    return 0;
+}
+
+static __always_inline void read_span(__u8 *dst, __u32 max, __u64 base, __u32 lo, __u32 len,
+                                      __u32 *flags, __u32 err_flag) {
+    if (len > max)
+        len = max;
+    if (!base || !len)
+        return;
+    if (bpf_probe_read_user(dst, len, (void *)(base + lo)) != 0)
+        *flags |= err_flag;
+}
+
+static __always_inline void emit_nccl_plan(struct pt_regs *ctx, const struct np_nccl_cfg *cfg,
+                                           __u32 probe_id, __u64 pid_tgid) {
+    __u32 zero = 0;
+    struct np_nccl_plan_event *e = bpf_map_lookup_elem(&nccl_scratch, &zero);
+    if (!e)
+        return;
+    e->probe_id = probe_id;
+    e->flags = 0;
+    __u64 args[NP_REG_ARGS];
+    read_reg_args(ctx, args);
+    __u32 comm_arg = (__u8)cfg->comm_arg, plan_arg = (__u8)cfg->plan_arg;
+    e->comm = comm_arg < NP_REG_ARGS ? args[comm_arg] : 0;
+    e->plan = plan_arg < NP_REG_ARGS ? args[plan_arg] : 0;
+    e->stream = 0;
+    __builtin_memset(e->comm_bytes, 0, sizeof(e->comm_bytes));
+    __builtin_memset(e->plan_bytes, 0, sizeof(e->plan_bytes));
+    __builtin_memset(e->aux_bytes, 0, sizeof(e->aux_bytes));
+    read_span(e->comm_bytes, NP_NCCL_COMM_BYTES, e->comm, cfg->comm_lo, cfg->comm_len, &e->flags,
+              NP_NF_COMM_ERR);
+    if (e->comm && cfg->comm_streams != NP_NCCL_NO_FIELD) {
+        __u64 list = 0;
+        if (bpf_probe_read_user(&list, sizeof(list), (void *)(e->comm + cfg->comm_streams)) != 0 ||
+            (list && bpf_probe_read_user(&e->stream, sizeof(e->stream),
+                                         (void *)(list + cfg->stream_off)) != 0))
+            e->flags |= NP_NF_STREAM_ERR;
+    }
+    read_span(e->plan_bytes, NP_NCCL_PLAN_BYTES, e->plan, cfg->plan_lo, cfg->plan_len, &e->flags,
+              NP_NF_PLAN_ERR);
+    if (e->plan && cfg->plan_aux != NP_NCCL_NO_FIELD && cfg->aux_len)
+        read_span(e->aux_bytes, NP_NCCL_AUX_BYTES, read_user_u64(e->plan + cfg->plan_aux), 0,
+                  cfg->aux_len, &e->flags, NP_NF_AUX_ERR);
+    struct task_walk w = {.e = e};
+    for (int l = 0; l < NP_NCCL_LISTS; l++) {
+        const struct np_nccl_list_cfg *list = &cfg->lists[l];
+        e->n_tasks[l] = 0;
+        e->total[l] = 0;
+        if (!e->plan || list->head == NP_NCCL_NO_FIELD)
+            continue;
+        w.list = list;
+        w.node = read_user_u64(e->plan + list->head);
+        w.count = w.copied = 0;
+        bpf_loop(NP_NCCL_MAX_WALK, task_walk_step, &w, 0);
+        e->n_tasks[l] = w.copied;
+        e->total[l] = w.count;
+    }
+    __u64 size = NP_NCCL_PLAN_FIXED_SIZE + (__u64)w.slot * NP_NCCL_TASK_BYTES;
+    if (size > sizeof(*e))
+        size = sizeof(*e);
+    barrier_var(size);
+    fill_header(&e->hdr, NP_EV_NCCL_PLAN, size, pid_tgid);
+    if (bpf_ringbuf_output(&events, e, size, wakeup_flag(size)) != 0) {
+        count(NP_CNT_NCCL_PLAN_DROPPED);
+        return;
+    }
+    count(NP_CNT_NCCL_PLAN_SENT);
+}
+
 /* Set by user space when the recording stops: from then on nothing is
  * counted or sent, so the final counts add up without waiting for the
  * (slow) removal of every uprobe. */
@@ -660,7 +781,12 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
     count_probe(&probe_hits, probe_id);
 
     switch (cfg->role) {
-    case NP_ROLE_LAUNCH:
+    case NP_ROLE_LAUNCH: {
+        struct np_nccl_cfg *nccl = bpf_map_lookup_elem(&nccl_cfg, &probe_id);
+        if (nccl)
+            emit_nccl_plan(ctx, nccl, probe_id, pid_tgid);
+    }
+        /* fall through */
     case NP_ROLE_API:
         count(NP_CNT_LAUNCH_HITS);
         return emit_launch(ctx, cfg, probe_id, pid_tgid);

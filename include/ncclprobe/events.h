@@ -33,6 +33,7 @@ enum np_event_type {
     NP_EV_HANDLE = 2, /* a kernel handle was produced (struct np_handle_event) */
     NP_EV_MAP = 3,    /* a target loaded a library (struct np_map_event) */
     NP_EV_MARKER = 4, /* libncclprobe_cupti.so named a launch's correlation id (np_marker_event) */
+    NP_EV_NCCL_PLAN = 5, /* an NCCL kernel plan, sent just before its launch's record (below) */
 };
 
 struct np_event_header {
@@ -207,6 +208,72 @@ struct np_marker_event {
     __u32 pad;
 };
 
+/* ---- NCCL kernel plans -----------------------------------------------------
+ *
+ * At ncclLaunchKernel(comm, plan) / ncclLaunchCeColl(comm, plan) BPF copies,
+ * as raw bytes, the parts of libnccl's structs that user space asks for in
+ * nccl_cfg[probe id]: a span of the communicator (commHash, rank, nRanks,
+ * cudaDev), the launch stream (comm->planner.streams->stream), a span of the
+ * plan (kernelFn, channelMask, threadPerBlock, isSymColl, isCeColl, queue
+ * heads), what the plan's argument pointer points at (the copy-engine
+ * arguments), and a span of each task on the plan's two task lists. The
+ * offsets come from the DWARF of the libnccl the target mapped (see
+ * src/attach/nccl_layout.c); BPF knows no NCCL struct, user space decodes. */
+#define NP_NCCL_NO_FIELD 0xffffffffu
+#define NP_NCCL_COMM_BYTES 128
+#define NP_NCCL_PLAN_BYTES 256
+#define NP_NCCL_AUX_BYTES 64
+#define NP_NCCL_TASK_BYTES 256
+#define NP_NCCL_MAX_TASKS 64  /* tasks copied per plan (coll first, then p2p) */
+#define NP_NCCL_MAX_WALK 4096 /* list nodes counted per plan */
+#define NP_NCCL_LISTS 2       /* 0: collTaskQueue (ncclTaskColl), 1: p2pTaskQueue */
+
+struct np_nccl_list_cfg {
+    __u32 head; /* offset of the list head in the plan; NP_NCCL_NO_FIELD: no such list */
+    __u32 next; /* offset of the next pointer in a task */
+    __u32 lo;   /* first task byte copied */
+    __u32 len;  /* bytes copied per task, <= NP_NCCL_TASK_BYTES */
+};
+
+struct np_nccl_cfg {
+    __s8 comm_arg; /* argument holding the communicator (0-5 registers, 6-11 stack words) */
+    __s8 plan_arg; /* argument holding the plan, -1: none */
+    __u8 pad[2];
+    __u32 comm_lo, comm_len; /* span of the communicator, len <= NP_NCCL_COMM_BYTES */
+    __u32 comm_streams;      /* offset of planner.streams; NP_NCCL_NO_FIELD: unknown */
+    __u32 stream_off;        /* offset of stream in ncclCudaStreamList */
+    __u32 plan_lo, plan_len; /* span of the plan, len <= NP_NCCL_PLAN_BYTES */
+    __u32 plan_aux;          /* offset of a pointer in the plan whose pointee is copied */
+    __u32 aux_len;           /* ... bytes of it, <= NP_NCCL_AUX_BYTES */
+    struct np_nccl_list_cfg lists[NP_NCCL_LISTS];
+};
+
+enum np_nccl_flags {
+    NP_NF_COMM_ERR = 1u << 0,   /* the communicator span could not be read */
+    NP_NF_STREAM_ERR = 1u << 1, /* planner.streams->stream could not be read */
+    NP_NF_PLAN_ERR = 1u << 2,   /* the plan span could not be read */
+    NP_NF_AUX_ERR = 1u << 3,    /* the plan's argument pointee could not be read */
+    NP_NF_TASK_ERR = 1u << 4,   /* a task could not be read: its list stopped there */
+    NP_NF_TRUNCATED = 1u << 5,  /* more tasks than NP_NCCL_MAX_TASKS: the rest counted only */
+};
+
+struct np_nccl_plan_event {
+    struct np_event_header hdr;
+    __u32 probe_id;
+    __u32 flags; /* enum np_nccl_flags */
+    __u64 comm, plan, stream;
+    __u16 n_tasks[NP_NCCL_LISTS]; /* tasks copied per list, in list order */
+    __u32 total[NP_NCCL_LISTS];   /* tasks counted per list (up to NP_NCCL_MAX_WALK) */
+    __u8 comm_bytes[NP_NCCL_COMM_BYTES];
+    __u8 plan_bytes[NP_NCCL_PLAN_BYTES];
+    __u8 aux_bytes[NP_NCCL_AUX_BYTES];
+    /* n_tasks[0] + n_tasks[1] slots of NP_NCCL_TASK_BYTES, list 0 first; a
+     * slot holds the task's bytes from its list's lo */
+    __u8 tasks[NP_NCCL_MAX_TASKS][NP_NCCL_TASK_BYTES];
+};
+
+#define NP_NCCL_PLAN_FIXED_SIZE __builtin_offsetof(struct np_nccl_plan_event, tasks)
+
 /* Global counters (per-CPU array "counters", summed by user space). */
 enum np_counter {
     NP_CNT_LAUNCH_SENT = 0, /* launch/API events written to the ring buffer */
@@ -224,6 +291,8 @@ enum np_counter {
     NP_CNT_PY_TRUNCATED, /* ... with more frames than --python-depth */
     NP_CNT_MARKER_SENT,  /* correlation markers written to the ring buffer */
     NP_CNT_MARKER_DROPPED,
+    NP_CNT_NCCL_PLAN_SENT, /* NCCL plan records written to the ring buffer */
+    NP_CNT_NCCL_PLAN_DROPPED,
     NP_CNT_MAX
 };
 

@@ -28,12 +28,20 @@ void np_attacher_init(struct np_attacher *a, struct ncclprobe_bpf *skel, bool us
     np_map_init(&a->scan_cache);
 }
 
+/* What the cache keeps per file: its probe points and, for a libnccl, its
+ * struct layout (read from DWARF the first time a target maps it). */
+struct np_scanned_file {
+    struct np_elf_scan scan;
+    struct np_nccl_layout *nccl;
+};
+
 static void free_scan(void *p) {
-    struct np_elf_scan *scan = p;
-    if (!scan)
+    struct np_scanned_file *file = p;
+    if (!file)
         return;
-    np_elf_scan_free(scan);
-    free(scan);
+    np_elf_scan_free(&file->scan);
+    free(file->nccl);
+    free(file);
 }
 
 /* Removing a uprobe waits for an RCU grace period (tens to hundreds of ms
@@ -123,6 +131,13 @@ static struct np_probe_cfg site_cfg(const struct np_probe_site *s) {
         .deref_off = 0,
         .deref_len = (uint32_t)s->def->deref_len,
     };
+    /* an NCCL API call: its communicator's identity rides in deref */
+    int comm_arg = np_probe_comm_arg(s->def);
+    if (s->nccl && s->nccl->comm_ok && s->def->role == NP_ROLE_API && comm_arg >= 0) {
+        cfg.deref_arg = (int8_t)comm_arg;
+        cfg.deref_off = s->nccl->cfg.comm_lo;
+        cfg.deref_len = s->nccl->cfg.comm_len;
+    }
     return cfg;
 }
 
@@ -132,6 +147,12 @@ static int write_site_cfg(struct np_attacher *a, const struct np_probe_site *s) 
     struct np_probe_cfg cfg = site_cfg(s);
     if (bpf_map__update_elem(a->skel->maps.probe_cfg, &s->id, sizeof(s->id), &cfg, sizeof(cfg),
                              BPF_ANY) < 0)
+        return -errno;
+    /* an NCCL kernel launch: BPF reads its plan too */
+    if (s->nccl && s->nccl->status == 0 && s->def->role == NP_ROLE_LAUNCH &&
+        s->def->layout == NP_LAYOUT_NCCL_LAUNCH &&
+        bpf_map__update_elem(a->skel->maps.nccl_cfg, &s->id, sizeof(s->id), &s->nccl->cfg,
+                             sizeof(s->nccl->cfg), BPF_ANY) < 0)
         return -errno;
     return 0;
 }
@@ -218,37 +239,62 @@ static int attach_library_multi(struct np_attacher *a, pid_t pid, const char *bi
 }
 
 static int scan_cached(struct np_attacher *a, int fd, const struct stat *st,
-                       const struct np_elf_scan **out) {
+                       struct np_scanned_file **out) {
     char key[128];
     snprintf(key, sizeof(key), "%" PRIu64 ":%" PRIu64 ":%" PRId64 ":%" PRId64 ".%ld",
              (uint64_t)st->st_dev, (uint64_t)st->st_ino, (int64_t)st->st_size,
              (int64_t)st->st_mtim.tv_sec, st->st_mtim.tv_nsec);
-    struct np_elf_scan *scan = np_map_get_str(&a->scan_cache, key);
-    if (scan) {
-        *out = scan;
+    struct np_scanned_file *file = np_map_get_str(&a->scan_cache, key);
+    if (file) {
+        *out = file;
         return 0;
     }
-    scan = calloc(1, sizeof(*scan));
-    if (!scan)
+    file = calloc(1, sizeof(*file));
+    if (!file)
         return -ENOMEM;
-    int err = np_elf_scan_fd(fd, scan);
+    int err = np_elf_scan_fd(fd, &file->scan);
     if (!err)
-        err = np_map_put_str(&a->scan_cache, key, scan);
+        err = np_map_put_str(&a->scan_cache, key, file);
     if (err) {
-        free_scan(scan);
+        free_scan(file);
         return err;
     }
-    *out = scan;
+    *out = file;
     return 0;
+}
+
+/* A libnccl's layout, read from its DWARF the first time it is needed. */
+static const struct np_nccl_layout *nccl_layout_of(struct np_scanned_file *file, const char *binary,
+                                                   const char *target_path) {
+    bool is_nccl = false;
+    for (size_t i = 0; i < file->scan.count && !is_nccl; i++)
+        is_nccl = file->scan.matches[i].def->family == NP_FAMILY_NCCL;
+    if (!is_nccl)
+        return NULL;
+    if (!file->nccl) {
+        file->nccl = malloc(sizeof(*file->nccl));
+        if (!file->nccl)
+            return NULL;
+        uint64_t start = np_monotonic_ns();
+        np_nccl_layout_load(binary, file->nccl);
+        if (file->nccl->status != 0)
+            np_warn("%s: %s", target_path, file->nccl->missing);
+        np_debug("%s: NCCL layout read in %.1f ms%s%s", target_path,
+                 (double)(np_monotonic_ns() - start) / 1e6,
+                 file->nccl->missing[0] ? "; missing: " : "", file->nccl->missing);
+    }
+    return file->nccl;
 }
 
 /* Attaches every match of one scanned file; records the library on the
  * target when it has any probe point. */
 static int attach_scan(struct np_attacher *a, struct np_target *t, const char *target_path,
-                       const char *binary, const struct stat *st, const struct np_elf_scan *scan,
+                       const char *binary, const struct stat *st, struct np_scanned_file *file,
                        uint64_t seen_ns) {
+    const struct np_elf_scan *scan = &file->scan;
     if (scan->count == 0)
         return 0;
+    const struct np_nccl_layout *nccl = nccl_layout_of(file, binary, target_path);
     struct np_library *lib = np_target_add_library(t, target_path);
     if (!lib)
         return -ENOMEM;
@@ -258,6 +304,7 @@ static int attach_scan(struct np_attacher *a, struct np_target *t, const char *t
     lib->inode = st->st_ino;
     lib->seen_ns = seen_ns ? seen_ns : np_monotonic_ns();
     lib->late = t->attached;
+    lib->nccl = nccl;
 
     size_t first = a->nsites, unplaced = 0;
     for (size_t i = 0; i < scan->count; i++) {
@@ -273,6 +320,7 @@ static int attach_scan(struct np_attacher *a, struct np_target *t, const char *t
         s->offset = m->file_offset;
         s->is_thunk = m->thunk_target >= 0;
         s->hold = t->hold_loads && m->def->family == NP_FAMILY_LOADER;
+        s->nccl = m->def->family == NP_FAMILY_NCCL ? nccl : NULL;
         if (m->def->family != NP_FAMILY_LOADER && m->def->family != NP_FAMILY_CUPTI)
             t->libs[lib_index].cuda = true;
         if (m->def->family == NP_FAMILY_CUPTI)
@@ -329,7 +377,7 @@ static int open_target_file(const struct np_target *t, const struct np_mapping *
 static int attach_fd(struct np_attacher *a, struct np_target *t, int fd, const char *target_path,
                      const char *binary, uint64_t seen_ns) {
     struct stat st;
-    const struct np_elf_scan *scan = NULL;
+    struct np_scanned_file *scan = NULL;
     int err = fstat(fd, &st) < 0 ? -errno : 0;
     if (!err && np_target_saw_file(t, st.st_dev, st.st_ino)) {
         close(fd);

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "attach/nccl_layout.h"
 #include "attach/probes.h"
 #include "lib/hashmap.h"
 
@@ -27,6 +28,9 @@ struct np_probe_site {
     uint64_t offset;  /* file offset of the probed instruction */
     bool is_thunk;
     bool hold; /* loader hook that stops the process until probes are in place */
+    /* NCCL probes: the layout of their libnccl (owned by the attacher's
+     * file cache), NULL for other probes */
+    const struct np_nccl_layout *nccl;
     struct bpf_link *link, *ret_link;
     int err; /* negative errno when attaching failed */
 };
@@ -42,6 +46,7 @@ struct np_library {
     bool cuda;            /* a CUDA or NCCL library (not just the dynamic loader) */
     int probes_ok, probes_failed;
     int first_error;
+    const struct np_nccl_layout *nccl; /* a libnccl: what its DWARF says (NULL: not NCCL) */
 };
 
 struct np_attacher {
@@ -51,7 +56,7 @@ struct np_attacher {
     size_t nmulti, multi_cap;
     struct np_probe_site *sites; /* sites[id - 1] */
     size_t nsites, cap;
-    struct np_map scan_cache; /* file identity -> struct np_elf_scan * */
+    struct np_map scan_cache; /* file identity -> struct np_scanned_file * */
 };
 
 void np_attacher_init(struct np_attacher *a, struct ncclprobe_bpf *skel, bool use_multi);

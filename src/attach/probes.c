@@ -37,10 +37,16 @@ static const struct np_probe_def defs[] = {
     /* NCCL: the single kernel-launch funnel (a local .symtab symbol) and the API */
     {"_Z16ncclLaunchKernelP8ncclCommP14ncclKernelPlan", "ncclLaunchKernel", NP_FAMILY_NCCL,
      NP_ROLE_LAUNCH, NP_LAYOUT_NCCL_LAUNCH, -1, 0, 0, 0, 0},
+    /* copy-engine collectives (2.28+) bypass ncclLaunchKernel: same arguments */
+    {"_Z16ncclLaunchCeCollP8ncclCommP14ncclKernelPlan", "ncclLaunchCeColl", NP_FAMILY_NCCL,
+     NP_ROLE_LAUNCH, NP_LAYOUT_NCCL_LAUNCH, -1, 0, 0, 0, 0},
     NCCL_API("ncclAllReduce", "AllReduce", NP_LAYOUT_NCCL_REDUCE_OP),
     NCCL_API("ncclReduceScatter", "ReduceScatter", NP_LAYOUT_NCCL_REDUCE_OP),
     NCCL_API("ncclReduce", "Reduce", NP_LAYOUT_NCCL_REDUCE_ROOT),
     NCCL_API("ncclBroadcast", "Broadcast", NP_LAYOUT_NCCL_ROOT),
+    NCCL_API("ncclBcast", "Broadcast", NP_LAYOUT_NCCL_BCAST),
+    NCCL_API("ncclGather", "Gather", NP_LAYOUT_NCCL_ROOT),
+    NCCL_API("ncclScatter", "Scatter", NP_LAYOUT_NCCL_ROOT),
     NCCL_API("ncclAllGather", "AllGather", NP_LAYOUT_NCCL_PLAIN),
     NCCL_API("ncclAlltoAll", "AlltoAll", NP_LAYOUT_NCCL_PLAIN),
     NCCL_API("ncclSend", "Send", NP_LAYOUT_NCCL_P2P),
@@ -76,6 +82,24 @@ const struct np_probe_def *np_probe_def_by_symbol(const char *symbol) {
         if (strcmp(defs[i].symbol, symbol) == 0)
             return &defs[i];
     return NULL;
+}
+
+int np_probe_comm_arg(const struct np_probe_def *def) {
+    switch (def->layout) {
+    case NP_LAYOUT_NCCL_LAUNCH:
+        return 0;
+    case NP_LAYOUT_NCCL_PLAIN:
+    case NP_LAYOUT_NCCL_P2P:
+    case NP_LAYOUT_NCCL_BCAST:
+        return 4;
+    case NP_LAYOUT_NCCL_REDUCE_OP:
+    case NP_LAYOUT_NCCL_ROOT:
+        return 5;
+    case NP_LAYOUT_NCCL_REDUCE_ROOT:
+        return NP_REG_ARGS; /* the first stack word */
+    default:
+        return -1;
+    }
 }
 
 bool np_probe_is_graph(const struct np_probe_def *def) {

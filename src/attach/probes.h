@@ -31,7 +31,9 @@ enum np_arg_layout {
     NP_LAYOUT_NCCL_REDUCE_OP,   /* (send, recv, count, dtype, op, comm, stream@s0) */
     NP_LAYOUT_NCCL_REDUCE_ROOT, /* ncclReduce(send, recv, count, dtype, op, root, comm@s0,
                                    stream@s1) */
-    NP_LAYOUT_NCCL_ROOT,        /* ncclBroadcast(send, recv, count, dtype, root, comm, stream@s0) */
+    NP_LAYOUT_NCCL_ROOT,        /* Broadcast/Gather/Scatter(send, recv, count, dtype, root, comm,
+                                   stream@s0) */
+    NP_LAYOUT_NCCL_BCAST,       /* ncclBcast(buff, count, dtype, root, comm, stream) */
     NP_LAYOUT_NCCL_PLAIN,       /* AllGather/AlltoAll(send, recv, count, dtype, comm, stream) */
     NP_LAYOUT_NCCL_P2P,         /* Send/Recv(buff, count, dtype, peer, comm, stream) */
     NP_LAYOUT_NCCL_GROUP,       /* GroupStart/GroupEnd() */
@@ -53,5 +55,8 @@ struct np_probe_def {
 const struct np_probe_def *np_probe_defs(size_t *count);
 const struct np_probe_def *np_probe_def_by_symbol(const char *symbol);
 bool np_probe_is_graph(const struct np_probe_def *def);
+/* The argument (0-5 registers, 6-11 stack words) that holds an NCCL
+ * function's communicator, -1 when it has none. */
+int np_probe_comm_arg(const struct np_probe_def *def);
 
 #endif

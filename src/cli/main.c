@@ -4,6 +4,7 @@
 
 #include "cli/merge.h"
 #include "cli/record.h"
+#include "cli/report.h"
 
 #define NCCLPROBE_VERSION "0.1.0"
 
@@ -11,8 +12,9 @@ static void usage(FILE *f) {
     fprintf(f, "usage: ncclprobe record [options] (--pid PID[,PID...] | -- CMD [ARGS...])\n"
                "       ncclprobe --pid PID [options]\n"
                "       ncclprobe merge --cpu EXT_FOLDED --gpu TRACE_JSON -o OUT [options]\n"
+               "       ncclprobe report [DIR] [options]\n"
                "       ncclprobe --version\n"
-               "Run 'ncclprobe record --help' for the options.\n");
+               "Run 'ncclprobe record --help' (merge, report) for the options.\n");
 }
 
 int main(int argc, char **argv) {
@@ -24,6 +26,8 @@ int main(int argc, char **argv) {
         return np_cmd_record(argc - 1, argv + 1);
     if (strcmp(argv[1], "merge") == 0)
         return np_cmd_merge(argc - 1, argv + 1);
+    if (strcmp(argv[1], "report") == 0)
+        return np_cmd_report(argc - 1, argv + 1);
     if (strcmp(argv[1], "--version") == 0) {
         printf("ncclprobe %s\n", NCCLPROBE_VERSION);
         return 0;

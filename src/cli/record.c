@@ -226,6 +226,15 @@ static int attach_pid(struct session *s, pid_t pid) {
 static void gpu_retire(void *ctx, const struct np_gpu_launch *l, enum np_gpu_status status) {
     struct session *s = ctx;
     np_output_gpu_launch(s->out, l, status);
+    if (!l->tag || !l->nrecords)
+        return;
+    struct np_nccl_comm_stats *c = np_nccl_comms_get(&s->ingest.nccl_comms, l->pid, l->tag, NULL);
+    for (uint32_t i = 0; c && i < l->nrecords; i++) {
+        const struct np_gpu_record *r = l->records[i];
+        if (r->end_ns > r->start_ns)
+            c->gpu_ns += r->end_ns - r->start_ns;
+        c->gpu_records++;
+    }
 }
 
 static void gpu_unmatched(void *ctx, uint32_t pid, const struct np_gpu_record *r) {
@@ -687,6 +696,7 @@ static int write_summary(struct session *s) {
     for (__u32 c = 0; !err && c < NP_CNT_MAX; c++)
         counters[c] = counter(s, c);
 
+    np_ingest_settle(&s->ingest);
     if (!err) {
         struct np_summary sum = {
             .stop_reason = s->stop_reason ? s->stop_reason : "error",
@@ -709,6 +719,7 @@ static int write_summary(struct session *s) {
             .gpu_server = s->gpu_server ? np_gpu_server_stats(s->gpu_server) : NULL,
             .gpu_join = s->gpu_join ? np_gpu_join_counters(s->gpu_join) : NULL,
             .gpu_socket = s->gpu_server ? s->opt.cupti_socket : NULL,
+            .nccl_comms = &s->ingest.nccl_comms,
         };
         char path[4200];
         snprintf(path, sizeof(path), "%s/summary.json", np_output_dir(s->out));

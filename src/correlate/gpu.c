@@ -126,11 +126,12 @@ static void retire(struct np_gpu_join *j, struct np_gpu_launch *l, enum np_gpu_s
 }
 
 int np_gpu_join_launch(struct np_gpu_join *j, uint32_t pid, uint32_t tid, uint64_t stack_id,
-                       const char *json, const char *cpu_kernel, bool runtime_api, uint64_t now) {
+                       const char *json, const char *cpu_kernel, bool runtime_api, uint64_t tag,
+                       uint64_t now) {
     struct np_gpu_launch *l = calloc(1, sizeof(*l));
     if (!l)
         return -ENOMEM;
-    l->pid = pid, l->tid = tid, l->stack_id = stack_id;
+    l->pid = pid, l->tid = tid, l->stack_id = stack_id, l->tag = tag;
     l->accepts_runtime = runtime_api;
     l->added_ns = now;
     l->json = strdup(json);

@@ -21,7 +21,15 @@
 #include "unwind/unwind.h"
 #include "writers/output.h"
 
+void np_ingest_settle(struct np_ingest *in) {
+    in->stats.nccl_plans_unclaimed += in->nccl_pending.count;
+    np_map_free(&in->nccl_pending, free);
+    np_map_init(&in->nccl_pending);
+}
+
 void np_ingest_free(struct np_ingest *in) {
+    np_ingest_settle(in);
+    np_nccl_comms_free(&in->nccl_comms);
     np_str_free(&in->held_json);
     np_str_free(&in->stack.folded);
     np_str_free(&in->stack.detailed);
@@ -67,7 +75,13 @@ static const char *kernel_name(struct np_target *t, const struct np_launch *l, c
         snprintf(buf, size, "<graph %s>", l->def->api);
         return buf;
     case NP_LAYOUT_NCCL_LAUNCH:
-        return "<nccl kernel>";
+        if (l->nccl_plan && l->nccl_plan->copy_engine)
+            return "<nccl copy engine>";
+        if (l->nccl_plan && l->nccl_plan->has_kernel_fn)
+            name = np_kernel_name_from_stub(t->sym, l->nccl_plan->kernel_fn);
+        if (!name)
+            return "<nccl kernel>";
+        break;
     default:
         break;
     }
@@ -138,8 +152,10 @@ static void write_launch(struct np_ingest *in, struct np_target *t, const struct
     if (!t->gpu_first_held_ns)
         t->gpu_first_held_ns = e->hdr.ts_ns;
     bool runtime_api = l->def->family == NP_FAMILY_RUNTIME || l->def->family == NP_FAMILY_NCCL;
+    /* an NCCL launch's GPU time goes to its communicator's totals */
+    uint64_t tag = l->nccl_plan ? l->nccl_plan->comm : 0;
     int err = np_gpu_join_launch(in->gpu, e->hdr.pid, e->hdr.tid, sid, np_str_cstr(&in->held_json),
-                                 kernel, runtime_api, e->hdr.ts_ns);
+                                 kernel, runtime_api, tag, e->hdr.ts_ns);
     if (err) { /* cannot wait: written now, as never matched */
         struct np_gpu_launch now = {.stack_id = sid,
                                     .json = (char *)np_str_cstr(&in->held_json),
@@ -157,6 +173,117 @@ static void handle_marker(struct np_ingest *in, const struct np_marker_event *m,
     if (in->gpu)
         np_gpu_join_marker(in->gpu, m->hdr.pid, m->hdr.tid, m->correlation_id, m->domain,
                            m->hdr.ts_ns);
+}
+
+/* ---- NCCL ---------------------------------------------------------------
+ * A plan record comes just before its launch's record, from the same
+ * probe hit on the same thread: it waits per thread until that record. */
+
+static void handle_nccl_plan(struct np_ingest *in, const struct np_nccl_plan_event *e,
+                             size_t size) {
+    const struct np_probe_site *site = np_attacher_site(in->attacher, e->probe_id);
+    if (size < NP_NCCL_PLAN_FIXED_SIZE) {
+        in->stats.malformed++;
+        return;
+    }
+    if (!site || !site->nccl) {
+        in->stats.unknown_source++;
+        return;
+    }
+    struct np_nccl_plan *plan = malloc(sizeof(*plan));
+    if (!plan)
+        return;
+    if (np_nccl_plan_decode(site->nccl, e, size, plan) < 0) {
+        in->stats.malformed++;
+        free(plan);
+        return;
+    }
+    in->stats.nccl_plans++;
+    struct np_nccl_plan *old = np_map_del_u64(&in->nccl_pending, e->hdr.tid);
+    if (old) {
+        in->stats.nccl_plans_unclaimed++;
+        free(old);
+    }
+    if (np_map_put_u64(&in->nccl_pending, e->hdr.tid, plan) < 0)
+        free(plan);
+}
+
+#define NCCL_PLAN_MAX_LEAD_NS 100000000ull /* a plan older than this is not the launch's */
+
+/* The plan of this launch record, if it came; the caller frees it. */
+static struct np_nccl_plan *take_nccl_plan(struct np_ingest *in, const struct np_launch_event *e) {
+    struct np_nccl_plan *plan = np_map_del_u64(&in->nccl_pending, e->hdr.tid);
+    if (plan && plan->probe_id == e->probe_id && plan->ts_ns <= e->hdr.ts_ns &&
+        e->hdr.ts_ns - plan->ts_ns < NCCL_PLAN_MAX_LEAD_NS)
+        return plan;
+    if (plan) {
+        in->stats.nccl_plans_unclaimed++;
+        free(plan);
+    }
+    return NULL;
+}
+
+static void append_frame(struct np_str *s, const char *frame) {
+    np_str_append(s, s->len ? ";" : "");
+    np_str_append(s, frame);
+}
+
+/* Completes an NCCL kernel launch from its plan: dimensions, stream, the
+ * [NCCL]Op frame above the kernel, per-communicator totals. */
+static void add_nccl_launch(struct np_ingest *in, const struct np_probe_site *site,
+                            struct np_launch *l, const struct np_nccl_plan *plan,
+                            const char *kernel) {
+    if (!plan) {
+        in->stats.nccl_launches_without_plan++;
+        l->nccl_missing = site->nccl && site->nccl->status != 0
+                              ? site->nccl->missing
+                              : "the plan record was lost (ring buffer full)";
+        return;
+    }
+    if (plan->grid && plan->block) {
+        l->has_dims = true;
+        l->grid[0] = plan->grid, l->grid[1] = l->grid[2] = 1;
+        l->block[0] = plan->block, l->block[1] = l->block[2] = 1;
+    }
+    if (plan->has_stream)
+        l->stream = plan->stream;
+    if (site->nccl->missing[0])
+        l->nccl_missing = site->nccl->missing;
+    else if (plan->symmetric && plan->nops == 0)
+        l->nccl_missing = "symmetric kernel: NCCL frees its tasks before the launch; the "
+                          "operations are in nccl.jsonl (API calls)";
+
+    char types[256], frame[300];
+    np_nccl_plan_op_types(plan, kernel, types, sizeof(types));
+    if (types[0]) {
+        snprintf(frame, sizeof(frame), "[NCCL]%s", types);
+        append_frame(&in->stack.folded, frame);
+        append_frame(&in->stack.detailed, frame);
+    }
+    struct np_nccl_comm_stats *c =
+        np_nccl_comms_get(&in->nccl_comms, l->ev->hdr.pid, plan->comm, &plan->id);
+    if (c) {
+        c->launches++;
+        c->planned_ops += plan->nops;
+    }
+}
+
+/* An NCCL API call: its communicator's identity (BPF copied it into
+ * deref) and the communicator's totals. */
+static void add_nccl_op(struct np_ingest *in, const struct np_probe_site *site,
+                        struct np_launch *l) {
+    const struct np_nccl_layout *layout = site->nccl;
+    if (layout && layout->comm_ok && l->comm && !(l->ev->flags & NP_LF_DEREF_ERR))
+        np_nccl_comm_id_decode(layout, l->ev->deref, layout->cfg.comm_len, &l->comm_id);
+    int func = np_nccl_func_of_api(l->def->api);
+    if (func < 0 || !l->comm)
+        return;
+    struct np_nccl_comm_stats *c =
+        np_nccl_comms_get(&in->nccl_comms, l->ev->hdr.pid, l->comm, &l->comm_id);
+    if (c) {
+        c->api[func].calls++;
+        c->api[func].bytes += l->count * (uint64_t)np_nccl_datatype_size(l->datatype);
+    }
 }
 
 static void handle_launch(struct np_ingest *in, const struct np_launch_event *e, size_t size) {
@@ -194,6 +321,9 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
     struct np_launch l;
     np_launch_decode(e, called->def, &l);
     l.nested = really_nested(in, t, e);
+    struct np_nccl_plan *plan =
+        called->def->layout == NP_LAYOUT_NCCL_LAUNCH ? take_nccl_plan(in, e) : NULL;
+    l.nccl_plan = plan;
 
     struct np_stack_texts *stack = &in->stack;
     /* Via a thunk, ips[0] is the thunk's target: name the function called
@@ -203,10 +333,13 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
 
     if (l.is_nccl_op) {
         t->nccl_ops++;
+        add_nccl_op(in, called, &l);
         np_output_nccl_op(in->out, &l, np_str_cstr(&stack->folded), np_str_cstr(&stack->detailed));
     } else {
         char buf[600], stub_buf[600];
         const char *kernel = kernel_name(t, &l, buf, sizeof(buf));
+        if (l.def->layout == NP_LAYOUT_NCCL_LAUNCH)
+            add_nccl_launch(in, called, &l, plan, kernel);
         if (kernel == buf && l.def->layout == NP_LAYOUT_RT_LAUNCH_HANDLE) {
             const char *from_stack =
                 kernel_from_stub_frame(np_str_cstr(&stack->folded), stub_buf, sizeof(stub_buf));
@@ -219,6 +352,7 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
             t->launches++;
         write_launch(in, t, &l, kernel);
     }
+    free(plan);
 }
 
 static void handle_handle(struct np_ingest *in, const struct np_handle_event *h, size_t size) {
@@ -268,6 +402,9 @@ static void dispatch(struct np_ingest *in, void *data, size_t size) {
         break;
     case NP_EV_MARKER:
         handle_marker(in, data, h->size);
+        break;
+    case NP_EV_NCCL_PLAN:
+        handle_nccl_plan(in, data, h->size);
         break;
     default:
         in->stats.malformed++;

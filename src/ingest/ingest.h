@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "correlate/nccl_comms.h"
+#include "lib/hashmap.h"
 #include "lib/util.h"
 #include <sys/types.h>
 
@@ -24,11 +26,14 @@ struct np_ingest_stats {
     uint64_t launch_events; /* launch + NCCL API records received */
     uint64_t handle_events;
     uint64_t map_events;
-    uint64_t malformed;      /* wrong size, type or version */
-    uint64_t unknown_source; /* probe id or pid we do not know (already detached) */
-    uint64_t unsymbolized;   /* launches of a process gone before its mappings were read */
-    uint64_t marker_events;  /* CUPTI correlation markers */
-    uint64_t *per_probe;     /* launches by the probe the caller called, index = probe id */
+    uint64_t malformed;            /* wrong size, type or version */
+    uint64_t unknown_source;       /* probe id or pid we do not know (already detached) */
+    uint64_t unsymbolized;         /* launches of a process gone before its mappings were read */
+    uint64_t marker_events;        /* CUPTI correlation markers */
+    uint64_t nccl_plans;           /* NCCL plan records decoded */
+    uint64_t nccl_plans_unclaimed; /* ... whose launch record never came (dropped) */
+    uint64_t nccl_launches_without_plan; /* NCCL launches whose plan was not read */
+    uint64_t *per_probe; /* launches by the probe the caller called, index = probe id */
     size_t per_probe_len;
 };
 
@@ -71,6 +76,8 @@ struct np_ingest {
     struct np_str held_json;     /* a launch's JSON while the join holds it */
     FILE *raw_dump;              /* --raw-dump: every record as received, "u32 size, bytes" */
     struct np_stack_texts stack; /* reused for each launch's stack */
+    struct np_map nccl_pending;  /* tid -> struct np_nccl_plan * waiting for its launch record */
+    struct np_nccl_comms nccl_comms;
     struct np_ingest_stats stats;
     struct np_unwind_stats unwind;
 };
@@ -78,6 +85,9 @@ struct np_ingest {
 /* libbpf ring_buffer sample callback; ctx is a struct np_ingest. */
 int np_ingest_record(void *ctx, void *data, size_t size);
 void np_ingest_free(struct np_ingest *in);
+/* Drops what waits for records that will not come (NCCL plans whose
+ * launch record was lost), counting it; before the summary is written. */
+void np_ingest_settle(struct np_ingest *in);
 
 /* Builds the stack texts of a launch: frame pointers, or DWARF unwinding
  * of the copied stack. entry_name replaces the probed function's own name

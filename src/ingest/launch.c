@@ -46,6 +46,10 @@ static void decode_nccl(struct np_launch *l, const __u64 *a, const __u64 *s) {
         l->sendbuff = a[0], l->recvbuff = a[1], l->count = a[2];
         l->datatype = (int32_t)a[3], l->comm = a[4], l->stream = a[5];
         break;
+    case NP_LAYOUT_NCCL_BCAST: /* buff, count, dtype, root, comm, stream */
+        l->sendbuff = l->recvbuff = a[0], l->count = a[1], l->datatype = (int32_t)a[2];
+        l->root = (int32_t)a[3], l->comm = a[4], l->stream = a[5];
+        break;
     case NP_LAYOUT_NCCL_P2P: /* buff, count, dtype, peer, comm, stream */
         l->sendbuff = a[0], l->count = a[1], l->datatype = (int32_t)a[2];
         l->peer = (int32_t)a[3], l->comm = a[4], l->stream = a[5];

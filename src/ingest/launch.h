@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "attach/probes.h"
+#include "ingest/nccl_plan.h"
 #include "ncclprobe/events.h"
 
 struct np_launch {
@@ -23,6 +24,11 @@ struct np_launch {
     bool is_nccl_op;
     uint64_t sendbuff, recvbuff, count, comm;
     int64_t datatype, redop, root, peer; /* -1 when the call has none */
+    struct np_nccl_comm_id comm_id;      /* the communicator's identity, when read */
+    /* NCCL kernel launches: the plan (NULL when it was not read) and what
+     * is missing, set by ingest */
+    const struct np_nccl_plan *nccl_plan;
+    const char *nccl_missing;
 };
 
 void np_launch_decode(const struct np_launch_event *e, const struct np_probe_def *def,

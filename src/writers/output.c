@@ -15,6 +15,8 @@
 struct np_output {
     char *dir;
     FILE *ext_folded, *launches_jsonl, *nccl_jsonl, *stacks_jsonl;
+    FILE *gpu_unmatched; /* opened with the first GPU record no launch claimed */
+    bool gpu_unmatched_failed;
     struct np_map folded_counts; /* "stack_id;kernel" -> (uintptr_t) count */
     struct np_map kernel_counts; /* kernel name -> (uintptr_t) count */
     struct np_map merged_counts; /* "stack_id;leaf" -> (uintptr_t) count (merged.folded) */
@@ -168,6 +170,55 @@ static void json_common(struct np_str *s, const struct np_launch *l) {
     np_str_appendf(s, ",\"cpu\":%u", e->cpu);
 }
 
+/* ,"comm_hash":"0x..","rank":R,"nranks":N,"cuda_dev":D - null when unknown */
+static void comm_id_json(struct np_str *s, const struct np_nccl_comm_id *id) {
+    if (!id->known) {
+        np_str_append(s, ",\"comm_hash\":null,\"rank\":null,\"nranks\":null,\"cuda_dev\":null");
+        return;
+    }
+    np_str_appendf(s, ",\"comm_hash\":\"0x%" PRIx64 "\",\"rank\":%d,\"nranks\":%d,\"cuda_dev\":%d",
+                   id->hash, id->rank, id->nranks, id->cuda_dev);
+}
+
+static void nccl_op_json(struct np_str *s, const struct np_nccl_op *op) {
+    np_str_append(s, "{\"op\":");
+    np_json_string(s, np_nccl_func_name(op->func));
+    np_str_appendf(s, ",\"count\":%" PRIu64 ",\"datatype\":", op->count);
+    np_json_string(s, op->datatype >= 0 ? np_nccl_datatype_name(op->datatype) : "");
+    np_str_appendf(s, ",\"bytes\":%" PRIu64 ",\"redop\":", op->bytes);
+    np_json_string(s, op->redop >= 0 ? np_nccl_redop_name(op->redop) : "");
+    np_str_appendf(s, ",\"root\":%d,\"peer\":%d,\"algorithm\":", op->root, op->peer);
+    np_json_string(s, np_nccl_algorithm_name(op->algorithm));
+    np_str_append(s, ",\"protocol\":");
+    np_json_string(s, np_nccl_protocol_name(op->protocol));
+    np_str_appendf(s, ",\"nchannels\":%d}", op->nchannels);
+}
+
+/* ,"nccl":{...}: an NCCL kernel launch's communicator and plan. */
+static void nccl_launch_json(struct np_str *s, const struct np_launch *l) {
+    const struct np_nccl_plan *p = l->nccl_plan;
+    np_str_appendf(s, ",\"nccl\":{\"comm\":\"0x%" PRIx64 "\"", l->comm);
+    comm_id_json(s, p ? &p->id : &(struct np_nccl_comm_id){0});
+    if (p) {
+        np_str_appendf(s, ",\"plan\":\"0x%" PRIx64 "\"", p->plan);
+        if (p->has_kernel_fn)
+            np_str_appendf(s, ",\"kernel_fn\":\"0x%" PRIx64 "\"", p->kernel_fn);
+        np_str_appendf(s, ",\"symmetric\":%s,\"copy_engine\":%s,\"ops\":[",
+                       p->symmetric ? "true" : "false", p->copy_engine ? "true" : "false");
+        for (uint32_t i = 0; i < p->nops; i++) {
+            np_str_append(s, i ? "," : "");
+            nccl_op_json(s, &p->ops[i]);
+        }
+        np_str_appendf(s, "],\"ops_total\":%u,\"ops_truncated\":%s", p->total_ops,
+                       p->total_ops > p->nops ? "true" : "false");
+    }
+    if (l->nccl_missing) {
+        np_str_append(s, ",\"missing\":");
+        np_json_string(s, l->nccl_missing);
+    }
+    np_str_append(s, "}");
+}
+
 /* The launch's launches.jsonl object, without its closing brace. */
 static void render_launch_json(struct np_str *s, const struct np_launch *l, const char *kernel,
                                uint64_t sid) {
@@ -185,6 +236,8 @@ static void render_launch_json(struct np_str *s, const struct np_launch *l, cons
                        l->shmem);
     np_str_appendf(s, ",\"stream\":\"0x%" PRIx64 "\",\"nested\":%s,\"stack_id\":%" PRIu64,
                    l->stream, l->nested ? "true" : "false", sid);
+    if (l->def->layout == NP_LAYOUT_NCCL_LAUNCH)
+        nccl_launch_json(s, l);
 }
 
 /* One more GPU leaf under a stack in merged.folded / merged.gpu_ns.folded. */
@@ -323,6 +376,21 @@ void np_output_gpu_launch(struct np_output *o, const struct np_gpu_launch *gl,
 }
 
 void np_output_gpu_unmatched(struct np_output *o, const struct np_gpu_record *r) {
+    if (!o->gpu_unmatched && !o->gpu_unmatched_failed) {
+        int err = 0;
+        o->gpu_unmatched = open_in(o->dir, "gpu_unmatched.jsonl", &err);
+        if (!o->gpu_unmatched) {
+            o->gpu_unmatched_failed = true;
+            note_error(o, err);
+        }
+    }
+    if (o->gpu_unmatched) {
+        struct np_str *s = &o->line;
+        np_str_reset(s);
+        gpu_record_json(s, r);
+        np_str_append(s, "\n");
+        write_line(o, o->gpu_unmatched, s);
+    }
     char leaf[NP_WIRE_MAX_NAME + 64];
     gpu_leaf(leaf, sizeof(leaf), r);
     add_merged(o, 0, leaf, gpu_ns(r), true);
@@ -343,16 +411,19 @@ void np_output_nccl_op(struct np_output *o, const struct np_launch *l, const cha
     np_json_string(s, l->datatype >= 0 ? np_nccl_datatype_name(l->datatype) : "");
     np_str_appendf(s, ",\"bytes\":%" PRIu64 ",\"redop\":", l->count * (uint64_t)size);
     np_json_string(s, l->redop >= 0 ? np_nccl_redop_name(l->redop) : "");
+    np_str_appendf(s, ",\"root\":%" PRId64 ",\"peer\":%" PRId64 ",\"comm\":\"0x%" PRIx64 "\"",
+                   l->root, l->peer, l->comm);
+    comm_id_json(s, &l->comm_id);
     np_str_appendf(s,
-                   ",\"root\":%" PRId64 ",\"peer\":%" PRId64 ",\"comm\":\"0x%" PRIx64
-                   "\",\"stream\":\"0x%" PRIx64 "\",\"sendbuff\":\"0x%" PRIx64
+                   ",\"stream\":\"0x%" PRIx64 "\",\"sendbuff\":\"0x%" PRIx64
                    "\",\"recvbuff\":\"0x%" PRIx64 "\",\"stack_id\":%" PRIu64 "}\n",
-                   l->root, l->peer, l->comm, l->stream, l->sendbuff, l->recvbuff, sid);
+                   l->stream, l->sendbuff, l->recvbuff, sid);
     write_line(o, o->nccl_jsonl, s);
 }
 
 void np_output_flush(struct np_output *o) {
-    FILE *files[] = {o->ext_folded, o->launches_jsonl, o->nccl_jsonl, o->stacks_jsonl};
+    FILE *files[] = {o->ext_folded, o->launches_jsonl, o->nccl_jsonl, o->stacks_jsonl,
+                     o->gpu_unmatched};
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
         if (files[i] && fflush(files[i]) != 0)
             note_error(o, -errno);
@@ -418,6 +489,7 @@ int np_output_close(struct np_output *o) {
     close_file(o, &o->launches_jsonl);
     close_file(o, &o->nccl_jsonl);
     close_file(o, &o->stacks_jsonl);
+    close_file(o, &o->gpu_unmatched);
     int err = o->first_error;
     np_map_free(&o->folded_counts, NULL);
     np_map_free(&o->kernel_counts, NULL);

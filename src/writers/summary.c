@@ -12,8 +12,10 @@
 #include "attach/attach.h"
 #include "attach/target.h"
 #include "correlate/gpu.h"
+#include "correlate/nccl_comms.h"
 #include "ingest/gpu_socket.h"
 #include "ingest/ingest.h"
+#include "ingest/nccl_plan.h"
 #include "writers/json.h"
 #include "writers/output.h"
 
@@ -175,6 +177,84 @@ static cJSON *totals_json(const struct np_summary *s) {
     return o;
 }
 
+static cJSON *hex_u64(uint64_t v) {
+    char text[32];
+    snprintf(text, sizeof(text), "0x%" PRIx64, v);
+    return cJSON_CreateString(text);
+}
+
+static cJSON *nccl_comm_json(const struct np_nccl_comm_stats *c) {
+    cJSON *o = cJSON_CreateObject();
+    add_u64(o, "pid", c->pid);
+    cJSON_AddItemToObject(o, "comm", hex_u64(c->comm));
+    if (c->id.known) {
+        cJSON_AddItemToObject(o, "comm_hash", hex_u64(c->id.hash));
+        cJSON_AddNumberToObject(o, "rank", c->id.rank);
+        cJSON_AddNumberToObject(o, "nranks", c->id.nranks);
+        cJSON_AddNumberToObject(o, "cuda_dev", c->id.cuda_dev);
+    } else {
+        cJSON_AddNullToObject(o, "comm_hash");
+        cJSON_AddNullToObject(o, "rank");
+        cJSON_AddNullToObject(o, "nranks");
+        cJSON_AddNullToObject(o, "cuda_dev");
+    }
+    uint64_t calls = 0, bytes = 0;
+    cJSON *ops = cJSON_CreateObject();
+    for (int f = 0; f < NP_NCCL_FUNCS; f++) {
+        if (!c->api[f].calls)
+            continue;
+        cJSON *op = cJSON_AddObjectToObject(ops, np_nccl_func_name(f));
+        add_u64(op, "calls", c->api[f].calls);
+        add_u64(op, "bytes", c->api[f].bytes);
+        calls += c->api[f].calls;
+        bytes += c->api[f].bytes;
+    }
+    add_u64(o, "calls", calls);
+    add_u64(o, "bytes", bytes);
+    cJSON_AddItemToObject(o, "ops", ops);
+    add_u64(o, "kernel_launches", c->launches);
+    add_u64(o, "planned_ops", c->planned_ops);
+    add_u64(o, "gpu_records", c->gpu_records);
+    add_u64(o, "gpu_ns", c->gpu_ns);
+    return o;
+}
+
+/* What each libnccl's DWARF gave, per process. */
+static cJSON *nccl_libraries_json(const struct np_summary *s) {
+    cJSON *arr = cJSON_CreateArray();
+    for (size_t i = 0; i < s->ntargets; i++) {
+        const struct np_target *t = s->targets[i];
+        for (size_t j = 0; j < t->nlibs; j++) {
+            const struct np_library *l = &t->libs[j];
+            if (!l->nccl)
+                continue;
+            cJSON *o = cJSON_CreateObject();
+            add_u64(o, "pid", (uint64_t)t->pid);
+            add_text(o, "path", l->path);
+            add_text(o, "build_id", l->build_id);
+            cJSON_AddBoolToObject(o, "debug_info", l->nccl->status == 0);
+            cJSON_AddBoolToObject(o, "communicator_identity", l->nccl->comm_ok);
+            cJSON_AddBoolToObject(o, "kernel_plans", l->nccl->plan_ok);
+            add_text(o, "missing", l->nccl->missing);
+            cJSON_AddItemToArray(arr, o);
+        }
+    }
+    return arr;
+}
+
+static cJSON *nccl_json(const struct np_summary *s) {
+    cJSON *o = cJSON_CreateObject();
+    add_u64(o, "plans", s->ingest->nccl_plans);
+    add_u64(o, "plans_dropped", s->counters[NP_CNT_NCCL_PLAN_DROPPED]);
+    add_u64(o, "plans_unclaimed", s->ingest->nccl_plans_unclaimed);
+    add_u64(o, "launches_without_plan", s->ingest->nccl_launches_without_plan);
+    cJSON_AddItemToObject(o, "libraries", nccl_libraries_json(s));
+    cJSON *comms = cJSON_AddArrayToObject(o, "communicators");
+    for (size_t i = 0; s->nccl_comms && i < s->nccl_comms->count; i++)
+        cJSON_AddItemToArray(comms, nccl_comm_json(&s->nccl_comms->items[i]));
+    return o;
+}
+
 static cJSON *gpu_json(const struct np_summary *s) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddBoolToObject(o, "listening", s->gpu_server != NULL);
@@ -285,6 +365,7 @@ int np_summary_write(const char *path, const struct np_summary *s) {
     cJSON_AddItemToObject(root, "launches_by_api", launches_by_api(s));
     cJSON_AddItemToObject(root, "launches_by_kernel", kernels_json(s->out));
     cJSON_AddItemToObject(root, "gpu", gpu_json(s));
+    cJSON_AddItemToObject(root, "nccl", nccl_json(s));
 
     char *text = cJSON_Print(root);
     cJSON_Delete(root);

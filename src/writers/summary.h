@@ -11,6 +11,7 @@
 struct np_attacher;
 struct np_gpu_counters;
 struct np_gpu_server_stats;
+struct np_nccl_comms;
 struct np_ingest_stats;
 struct np_unwind_stats;
 struct np_output;
@@ -35,6 +36,7 @@ struct np_summary {
     const struct np_gpu_server_stats *gpu_server; /* NULL: not listening */
     const struct np_gpu_counters *gpu_join;
     const char *gpu_socket;
+    const struct np_nccl_comms *nccl_comms;
 };
 
 int np_summary_write(const char *path, const struct np_summary *s);

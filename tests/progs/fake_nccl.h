@@ -1,12 +1,13 @@
 /* Public API of libfakenccl.so, the NCCL test double: the same function names and signatures as
  * NCCL 2.28 (prototypes copied from the real nccl.h), enum values identical to NCCL's, plus
- * ncclCommInitRankFake() to create a communicator without any network or GPU.
+ * ncclCommInitRankFake*() to create a communicator without any network or GPU.
  * Usable from C and C++; needs no CUDA headers. Also used by nccl_user to type the real
  * libnccl.so.2 entry points it resolves with dlsym (the ABI is the same). */
 #ifndef NCCLPROBE_PROGS_FAKE_NCCL_H
 #define NCCLPROBE_PROGS_FAKE_NCCL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -63,14 +64,32 @@ typedef enum {
     ncclNumTypes = 12
 } ncclDataType_t;
 
-/* Test-double only: creates communicator `rank` of `nranks` (no bootstrap, no GPU). */
+/* Test-double only: flags of ncclCommInitRankFakeFlags/Ex. */
+enum {
+    /* AllReduce (sum; float32 or bfloat16) runs as a symmetric kernel: plan->isSymColl, kernel
+     * ncclSymkDevKernel_AllReduce_RSxLD_AGxST_sum_<type>, empty task queues at launch. */
+    FAKE_NCCL_FLAG_SYMMETRIC = 1u << 0,
+    /* AllGather runs on the copy engines: ncclLaunchCeColl instead of ncclLaunchKernel,
+     * plan->isCeColl, plan->ceCollArgs filled, empty task queues. */
+    FAKE_NCCL_FLAG_CE = 1u << 1,
+};
+
+/* Test-double only: creates communicator `rank` of `nranks` (no bootstrap, no GPU). commHash is
+ * a 64-bit mix of (id, nranks): every rank of one communicator (same id and nranks) shares it.
+ * cudaDev = 7 - rank % 8. ncclCommInitRankFake: flags 0, id 0. ncclCommInitRankFakeFlags: id 0. */
 FAKE_NCCL_API ncclResult_t ncclCommInitRankFake(ncclComm_t *comm, int nranks, int rank);
+FAKE_NCCL_API ncclResult_t ncclCommInitRankFakeFlags(ncclComm_t *comm, int nranks, int rank,
+                                                     unsigned flags);
+FAKE_NCCL_API ncclResult_t ncclCommInitRankFakeEx(ncclComm_t *comm, int nranks, int rank,
+                                                  unsigned flags, uint64_t id);
 FAKE_NCCL_API ncclResult_t ncclCommDestroy(ncclComm_t comm);
 FAKE_NCCL_API ncclResult_t ncclGetVersion(int *version);
 
 FAKE_NCCL_API ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
                                       ncclDataType_t datatype, ncclRedOp_t op, int root,
                                       ncclComm_t comm, cudaStream_t stream);
+FAKE_NCCL_API ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root,
+                                     ncclComm_t comm, cudaStream_t stream);
 FAKE_NCCL_API ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                                          ncclDataType_t datatype, int root, ncclComm_t comm,
                                          cudaStream_t stream);
@@ -83,6 +102,15 @@ FAKE_NCCL_API ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuf
 FAKE_NCCL_API ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                                          ncclDataType_t datatype, ncclComm_t comm,
                                          cudaStream_t stream);
+FAKE_NCCL_API ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                                        ncclDataType_t datatype, ncclComm_t comm,
+                                        cudaStream_t stream);
+FAKE_NCCL_API ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count,
+                                      ncclDataType_t datatype, int root, ncclComm_t comm,
+                                      cudaStream_t stream);
+FAKE_NCCL_API ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count,
+                                       ncclDataType_t datatype, int root, ncclComm_t comm,
+                                       cudaStream_t stream);
 FAKE_NCCL_API ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype,
                                     int peer, ncclComm_t comm, cudaStream_t stream);
 FAKE_NCCL_API ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,

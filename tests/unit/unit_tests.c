@@ -11,11 +11,13 @@
 
 #include "attach/dwarf_layout.h"
 #include "attach/elfscan.h"
+#include "attach/nccl_layout.h"
 #include "attach/procmaps.h"
 #include "attach/target.h"
 #include "check.h"
 #include "correlate/gpu.h"
 #include "ingest/launch.h"
+#include "ingest/nccl_plan.h"
 #include "lib/hashmap.h"
 #include "lib/util.h"
 #include "symbolize/pycode.h"
@@ -329,13 +331,13 @@ static void test_gpu_join(void) {
         return;
     struct np_gpu_record r;
     /* thread 1: a runtime launch; its runtime and driver ids both join it */
-    CHECK(np_gpu_join_launch(j, 7, 1, 11, "{", "k", true, 0) == 0);
+    CHECK(np_gpu_join_launch(j, 7, 1, 11, "{", "k", true, 0, 0) == 0);
     np_gpu_join_marker(j, 7, 1, 5, 2, 0);
     np_gpu_join_marker(j, 7, 1, 6, 1, 0);
     /* a second runtime id on that thread: another launch, not probed */
     np_gpu_join_marker(j, 7, 1, 9, 2, 0);
     /* thread 2: a driver launch takes no runtime id */
-    CHECK(np_gpu_join_launch(j, 7, 2, 22, "{", "k", false, 0) == 0);
+    CHECK(np_gpu_join_launch(j, 7, 2, 22, "{", "k", false, 0, 0) == 0);
     np_gpu_join_marker(j, 7, 2, 8, 2, 0);
     np_gpu_join_marker(j, 7, 2, 10, 1, 0);
     CHECK(np_gpu_join_counters(j)->markers_unpaired == 2);
@@ -348,7 +350,7 @@ static void test_gpu_join(void) {
     np_gpu_join_record(j, 7, &r, 1 * ms);
     r = kernel_record(12); /* thread 3's, before its launch */
     np_gpu_join_record(j, 7, &r, 1 * ms);
-    CHECK(np_gpu_join_launch(j, 7, 3, 33, "{", "k", true, 1 * ms) == 0);
+    CHECK(np_gpu_join_launch(j, 7, 3, 33, "{", "k", true, 0, 1 * ms) == 0);
     np_gpu_join_marker(j, 7, 3, 12, 2, 1 * ms);
     np_gpu_join_tick(j, 5 * ms); /* within the linger: nothing retires */
     CHECK(got.n == 0);
@@ -358,7 +360,7 @@ static void test_gpu_join(void) {
     CHECK(got.stack[1] == 22 && got.nrecords[1] == 5);
     CHECK(got.stack[2] == 33 && got.nrecords[2] == 1);
     /* no records: pending after the timeout; unclaimed records expire too */
-    CHECK(np_gpu_join_launch(j, 7, 1, 44, "{", "k", true, 30 * ms) == 0);
+    CHECK(np_gpu_join_launch(j, 7, 1, 44, "{", "k", true, 0, 30 * ms) == 0);
     r = kernel_record(99);
     np_gpu_join_record(j, 7, &r, 30 * ms);
     np_gpu_join_tick(j, 100 * ms);
@@ -368,7 +370,7 @@ static void test_gpu_join(void) {
     CHECK(got.unmatched == 1);
     /* bounded: a fourth waiting launch retires the oldest at once */
     for (uint32_t t = 0; t < 4; t++)
-        CHECK(np_gpu_join_launch(j, 8, t, 50 + t, "{", "k", true, 200 * ms) == 0);
+        CHECK(np_gpu_join_launch(j, 8, t, 50 + t, "{", "k", true, 0, 200 * ms) == 0);
     CHECK(got.n == 5 && got.stack[4] == 50 && np_gpu_join_waiting(j) == 3);
     CHECK(np_gpu_join_counters(j)->launches_evicted == 1);
     /* the process's library left: its launches retire now */
@@ -455,6 +457,108 @@ static void test_nccl_dwarf_layout(void) {
         CHECK(np_dwarf_fields("/usr/bin/true", &self, 1, none) == -ENODATA);
 }
 
+static void put_bytes(uint8_t *buf, size_t at, uint64_t v, size_t n) {
+    memcpy(buf + at, &v, n); /* little-endian */
+}
+
+/* The BPF configuration from the real libnccl's DWARF, and a plan record
+ * built by hand at the offsets of the notes (gdb/pahole, not our reader),
+ * decoded back: communicator, kernel, grid, block, the tasks of both
+ * lists, bit-fields, signed -1s. */
+static void test_nccl_plan_decode(void) {
+    const char *lib = "/usr/local/cuda/lib64/libnccl.so.2";
+    if (access(lib, R_OK) != 0) {
+        printf("skipped: no toolkit libnccl.so.2\n");
+        return;
+    }
+    static struct np_nccl_layout l;
+    np_nccl_layout_load(lib, &l);
+    CHECK(l.status == 0 && l.comm_ok && l.plan_ok && l.missing[0] == '\0');
+    const struct np_nccl_cfg *c = &l.cfg;
+    CHECK(c->comm_lo == 0x1044c8 && c->comm_len == 20); /* commHash .. cudaDev */
+    CHECK(c->comm_streams == 0x1054a0 && c->stream_off == 8);
+    CHECK(c->plan_lo == 34 && c->plan_len == 152 + 8 - 34); /* isSymColl .. collTaskQueue.head */
+    CHECK(c->lists[0].head == 152 && c->lists[0].next == 0 && c->lists[0].lo == 8 &&
+          c->lists[0].len == 233 - 8);
+    CHECK(c->lists[1].head == 136 && c->lists[1].next == 0 && c->lists[1].lo == 8 &&
+          c->lists[1].len == 81 - 8);
+    CHECK(c->plan_aux == 48 && c->aux_len == 24); /* ncclCeCollArgs func .. eltSize */
+
+    static struct np_nccl_plan_event e;
+    memset(&e, 0, sizeof(e));
+    e.hdr.type = NP_EV_NCCL_PLAN;
+    e.comm = 0x7f0000001000;
+    e.plan = 0x7f0000002000;
+    e.stream = 0xabc0;
+    put_bytes(e.comm_bytes, 0, 0xfedcba9876543210ull, 8); /* commHash @0x1044c8 */
+    put_bytes(e.comm_bytes, 8, 3, 4);                     /* rank */
+    put_bytes(e.comm_bytes, 12, 8, 4);                    /* nRanks */
+    put_bytes(e.comm_bytes, 16, 5, 4);                    /* cudaDev */
+    put_bytes(e.plan_bytes, 40 - 34, 0x7f00deadbeef, 8);  /* kernelFn */
+    put_bytes(e.plan_bytes, 64 - 34, 0xf0f, 8);           /* channelMask: 8 channels */
+    put_bytes(e.plan_bytes, 76 - 34, 640, 4);             /* threadPerBlock */
+    e.n_tasks[0] = 2, e.total[0] = 2;
+    e.n_tasks[1] = 1, e.total[1] = 5; /* more on the list than copied */
+    /* coll 0: AllReduce 1000 bf16 max, RING SIMPLE, 4 channels */
+    uint8_t *t = e.tasks[0];
+    put_bytes(t, 8 - 8, 4, 4), put_bytes(t, 32 - 8, 1000, 8), put_bytes(t, 40 - 8, 0, 4);
+    put_bytes(t, 44 - 8, 9, 4), put_bytes(t, 48 - 8, 2, 4);
+    t[98 - 8] = 1, t[99 - 8] = 2, t[232 - 8] = 4;
+    /* coll 1: Broadcast root 2 of 10 int8, algorithm undefined (-1) */
+    t = e.tasks[1];
+    put_bytes(t, 8 - 8, 0, 4), put_bytes(t, 32 - 8, 10, 8), put_bytes(t, 40 - 8, 2, 4);
+    put_bytes(t, 44 - 8, 0, 4), t[98 - 8] = 0xff, t[99 - 8] = 0, t[232 - 8] = 1;
+    /* p2p: Recv of 7 float64 from peer 6 */
+    t = e.tasks[2];
+    put_bytes(t, 8 - 8, 7, 4), put_bytes(t, 24 - 8, 7, 8), put_bytes(t, 32 - 8, 8, 4);
+    put_bytes(t, 36 - 8, 6, 4), t[80 - 8] = 2;
+
+    static struct np_nccl_plan p;
+    size_t size = NP_NCCL_PLAN_FIXED_SIZE + 3 * NP_NCCL_TASK_BYTES;
+    CHECK(np_nccl_plan_decode(&l, &e, size, &p) == 0);
+    CHECK(p.id.known && p.id.hash == 0xfedcba9876543210ull && p.id.rank == 3 && p.id.nranks == 8 &&
+          p.id.cuda_dev == 5);
+    CHECK(p.has_stream && p.stream == 0xabc0);
+    CHECK(p.has_kernel_fn && p.kernel_fn == 0x7f00deadbeef && p.grid == 8 && p.block == 640);
+    CHECK(!p.symmetric && !p.copy_engine && p.nops == 3 && p.total_ops == 7);
+    CHECK(p.ops[0].func == 4 && p.ops[0].count == 1000 && p.ops[0].datatype == 9 &&
+          p.ops[0].redop == 2 && p.ops[0].root == -1 && p.ops[0].bytes == 2000 &&
+          p.ops[0].algorithm == 1 && p.ops[0].protocol == 2 && p.ops[0].nchannels == 4);
+    CHECK(p.ops[1].func == 0 && p.ops[1].root == 2 && p.ops[1].redop == -1 &&
+          p.ops[1].algorithm == -1 && p.ops[1].bytes == 10);
+    CHECK(p.ops[2].func == 7 && p.ops[2].peer == 6 && p.ops[2].count == 7 && p.ops[2].bytes == 56 &&
+          p.ops[2].nchannels == 2 && p.ops[2].algorithm == -1);
+    char types[64];
+    np_nccl_plan_op_types(&p, "ncclDevKernel_Generic", types, sizeof(types));
+    CHECK(strcmp(types, "AllReduce+Broadcast+Recv") == 0);
+    struct np_nccl_plan none = {0};
+    np_nccl_plan_op_types(&none, "ncclSymkDevKernel_AllReduce_RSxLD_AGxST_sum_bf16", types,
+                          sizeof(types));
+    CHECK(strcmp(types, "AllReduce") == 0);
+    np_nccl_plan_op_types(&none, "ncclDevKernel_Generic", types, sizeof(types));
+    CHECK(types[0] == '\0');
+    /* a record shorter than its task count says is refused */
+    CHECK(np_nccl_plan_decode(&l, &e, size - 1, &p) == -EINVAL);
+    /* errors: the communicator unread means no identity */
+    e.flags = NP_NF_COMM_ERR | NP_NF_STREAM_ERR;
+    CHECK(np_nccl_plan_decode(&l, &e, size, &p) == 0 && !p.id.known && !p.has_stream);
+    /* a copy-engine plan: its one operation from ncclCeCollArgs */
+    e.flags = 0;
+    e.n_tasks[0] = e.n_tasks[1] = 0, e.total[0] = e.total[1] = 0;
+    e.plan_bytes[35 - 34] = 1;          /* isCeColl */
+    put_bytes(e.aux_bytes, 0, 2, 4);    /* func AllGather */
+    put_bytes(e.aux_bytes, 8, 4096, 8); /* nElts */
+    put_bytes(e.aux_bytes, 16, 2, 8);   /* eltSize */
+    CHECK(np_nccl_plan_decode(&l, &e, NP_NCCL_PLAN_FIXED_SIZE, &p) == 0 && p.copy_engine &&
+          p.nops == 1 && p.ops[0].func == 2 && p.ops[0].count == 4096 && p.ops[0].bytes == 8192);
+    /* a stripped library: nothing to read, said so */
+    struct np_nccl_layout stripped;
+    np_nccl_layout_load("/usr/bin/true", &stripped);
+    CHECK(stripped.status == -ENODATA && !stripped.comm_ok && !stripped.plan_ok &&
+          strstr(stripped.missing, "stripped") && stripped.cfg.comm_len == 0 &&
+          stripped.cfg.lists[0].head == NP_NCCL_NO_FIELD);
+}
+
 int main(void) {
     test_demangle();
     test_thunk();
@@ -465,6 +569,7 @@ int main(void) {
     test_hashmap_delete();
     test_gpu_join();
     test_nccl_dwarf_layout();
+    test_nccl_plan_decode();
     test_decode();
     test_writers();
     test_parse();
