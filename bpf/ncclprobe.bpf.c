@@ -507,8 +507,9 @@ static __always_inline void capture_python(struct np_launch_event *e, const stru
     }
 }
 
+/* ts: the hit's time, shared with the NCCL plan record of the same hit. */
 static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_probe_cfg *cfg,
-                                       __u32 probe_id, __u64 pid_tgid) {
+                                       __u32 probe_id, __u64 pid_tgid, __u64 ts) {
     __u32 cpu = bpf_get_smp_processor_id();
     struct np_launch_event *e = bpf_map_lookup_elem(&launch_scratch, &cpu);
     if (!e)
@@ -566,6 +567,7 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
         size = sizeof(*e);
     barrier_var(size); /* keep the bounded register for the verifier */
     fill_header(&e->hdr, NP_EV_LAUNCH, size, pid_tgid);
+    e->hdr.ts_ns = ts;
 
     __u64 wake = (e->flags & NP_LF_PY_NEW) ? BPF_RB_FORCE_WAKEUP : wakeup_flag(size);
     if (bpf_ringbuf_output(&events, e, size, wake) != 0) {
@@ -704,7 +706,7 @@ static __always_inline void read_span(__u8 *dst, __u32 max, __u64 base, __u32 lo
 }
 
 static __always_inline void emit_nccl_plan(struct pt_regs *ctx, const struct np_nccl_cfg *cfg,
-                                           __u32 probe_id, __u64 pid_tgid) {
+                                           __u32 probe_id, __u64 pid_tgid, __u64 ts) {
     __u32 zero = 0;
     struct np_nccl_plan_event *e = bpf_map_lookup_elem(&nccl_scratch, &zero);
     if (!e)
@@ -753,6 +755,7 @@ static __always_inline void emit_nccl_plan(struct pt_regs *ctx, const struct np_
         size = sizeof(*e);
     barrier_var(size);
     fill_header(&e->hdr, NP_EV_NCCL_PLAN, size, pid_tgid);
+    e->hdr.ts_ns = ts; /* the launch record carries the same: user space pairs them on it */
     if (bpf_ringbuf_output(&events, e, size, wakeup_flag(size)) != 0) {
         count(NP_CNT_NCCL_PLAN_DROPPED);
         return;
@@ -782,14 +785,16 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
 
     switch (cfg->role) {
     case NP_ROLE_LAUNCH: {
+        __u64 ts = bpf_ktime_get_ns();
         struct np_nccl_cfg *nccl = bpf_map_lookup_elem(&nccl_cfg, &probe_id);
         if (nccl)
-            emit_nccl_plan(ctx, nccl, probe_id, pid_tgid);
+            emit_nccl_plan(ctx, nccl, probe_id, pid_tgid, ts);
+        count(NP_CNT_LAUNCH_HITS);
+        return emit_launch(ctx, cfg, probe_id, pid_tgid, ts);
     }
-        /* fall through */
     case NP_ROLE_API:
         count(NP_CNT_LAUNCH_HITS);
-        return emit_launch(ctx, cfg, probe_id, pid_tgid);
+        return emit_launch(ctx, cfg, probe_id, pid_tgid, bpf_ktime_get_ns());
     case NP_ROLE_THUNK:
         remember_thunk(ctx, probe_id, (__u32)pid_tgid);
         return 0;

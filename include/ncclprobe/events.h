@@ -224,9 +224,9 @@ struct np_marker_event {
 #define NP_NCCL_PLAN_BYTES 256
 #define NP_NCCL_AUX_BYTES 64
 #define NP_NCCL_TASK_BYTES 256
-#define NP_NCCL_MAX_TASKS 64  /* tasks copied per plan (coll first, then p2p) */
-#define NP_NCCL_MAX_WALK 4096 /* list nodes counted per plan */
-#define NP_NCCL_LISTS 2       /* 0: collTaskQueue (ncclTaskColl), 1: p2pTaskQueue */
+#define NP_NCCL_MAX_TASKS 64 /* tasks copied per plan (coll first, then p2p) */
+#define NP_NCCL_MAX_WALK 512 /* list nodes counted per plan: ops_total is at most this */
+#define NP_NCCL_LISTS 2      /* 0: collTaskQueue (ncclTaskColl), 1: p2pTaskQueue */
 
 struct np_nccl_list_cfg {
     __u32 head; /* offset of the list head in the plan; NP_NCCL_NO_FIELD: no such list */
@@ -236,8 +236,8 @@ struct np_nccl_list_cfg {
 };
 
 struct np_nccl_cfg {
-    __s8 comm_arg; /* argument holding the communicator (0-5 registers, 6-11 stack words) */
-    __s8 plan_arg; /* argument holding the plan, -1: none */
+    __s8 comm_arg; /* register argument (0-5) holding the communicator */
+    __s8 plan_arg; /* register argument holding the plan, -1: none */
     __u8 pad[2];
     __u32 comm_lo, comm_len; /* span of the communicator, len <= NP_NCCL_COMM_BYTES */
     __u32 comm_streams;      /* offset of planner.streams; NP_NCCL_NO_FIELD: unknown */
@@ -273,6 +273,11 @@ struct np_nccl_plan_event {
 };
 
 #define NP_NCCL_PLAN_FIXED_SIZE __builtin_offsetof(struct np_nccl_plan_event, tasks)
+
+/* The communicator span also rides in an API call's deref copy; the plan
+ * record is a per-CPU array value (32 KiB at most). */
+_Static_assert(NP_NCCL_COMM_BYTES <= NP_DEREF_BYTES, "comm span must fit deref");
+_Static_assert(sizeof(struct np_nccl_plan_event) <= 32768, "per-CPU value limit");
 
 /* Global counters (per-CPU array "counters", summed by user space). */
 enum np_counter {

@@ -80,10 +80,12 @@ static void bitfield_position(Dwarf_Die *member, int64_t base, struct np_field *
     if (attr_udata(member, DW_AT_data_bit_offset, &bit_offset)) /* DWARF 5: from the LSB */
         lsb = base * 8 + (int64_t)bit_offset;
     else if (attr_udata(member, DW_AT_bit_offset, &bit_offset) &&
-             attr_udata(member, DW_AT_byte_size, &unit)) /* DWARF 4: from the unit's MSB */
-        lsb = base * 8 + (int64_t)(unit * 8 - bit_offset - bits);
-    else
+             (attr_udata(member, DW_AT_byte_size, &unit) || (unit = f->size) > 0))
+        lsb = base * 8 + (int64_t)(unit * 8 - bit_offset - bits); /* DWARF 4: from the MSB */
+    else {
+        f->offset = -1; /* a bit-field we cannot place is no field */
         return;
+    }
     f->bit_size = (uint8_t)bits;
     f->offset = lsb / 8;
     f->bit_shift = (uint8_t)(lsb % 8);

@@ -132,7 +132,8 @@ static void build_cfg(struct np_nccl_layout *l) {
     } else {
         note_missing(l, "launch stream (ncclComm.planner.streams->stream)");
     }
-    if (span_of(l, NPF_KERNEL_FN, NPF_P2P_HEAD, &c->plan_lo, &c->plan_len) &&
+    /* the queue heads and ceCollArgs are read through the plan pointer */
+    if (span_of(l, NPF_KERNEL_FN, NPF_IS_CE, &c->plan_lo, &c->plan_len) &&
         c->plan_len <= NP_NCCL_PLAN_BYTES && have(l, NPF_KERNEL_FN))
         l->plan_ok = true;
     else
@@ -177,8 +178,10 @@ void np_nccl_layout_load(const char *path, struct np_nccl_layout *out) {
 
 bool np_nccl_field_get(const struct np_nccl_layout *l, enum np_nccl_field f, const uint8_t *bytes,
                        uint32_t lo, uint32_t len, int64_t *out) {
+    if ((unsigned)f >= NPF_COUNT)
+        return false;
     const struct np_field *fd = &l->f[f];
-    if ((unsigned)f >= NPF_COUNT || fd->offset < 0 || fd->offset < lo)
+    if (fd->offset < 0 || fd->offset < lo)
         return false;
     uint64_t at = (uint64_t)fd->offset - lo;
     uint64_t end = (uint64_t)field_end(fd) - lo;

@@ -623,13 +623,14 @@ static uint64_t counter(struct session *s, __u32 which) {
 
 static uint64_t records_sent_by_bpf(struct session *s) {
     return counter(s, NP_CNT_LAUNCH_SENT) + counter(s, NP_CNT_HANDLE_SENT) +
-           counter(s, NP_CNT_MAP_SENT) + counter(s, NP_CNT_MARKER_SENT);
+           counter(s, NP_CNT_MAP_SENT) + counter(s, NP_CNT_MARKER_SENT) +
+           counter(s, NP_CNT_NCCL_PLAN_SENT);
 }
 
 static uint64_t records_received(const struct session *s) {
     const struct np_ingest_stats *st = &s->ingest.stats;
     return st->launch_events + st->handle_events + st->map_events + st->marker_events +
-           st->malformed + st->unknown_source;
+           st->nccl_plan_events + st->malformed + st->unknown_source;
 }
 
 /* The last GPU records of targets still running (their libraries flush

@@ -284,8 +284,9 @@ static int print(const struct np_report_view *v) {
     const char *path = v->opt->output;
     FILE *f = path ? fopen(path, "we") : stdout;
     if (!f) {
-        np_err("cannot write %s: %s", path, strerror(errno));
-        return -errno;
+        int err = -errno;
+        np_err("cannot write %s: %s", path, strerror(-err));
+        return err;
     }
     int err = v->opt->json ? np_report_print_json(f, v) : np_report_print_text(f, v);
     if (path && fclose(f) != 0 && !err)

@@ -1,6 +1,9 @@
 /* nccl_comms.c - per-communicator totals (see nccl_comms.h). */
 #include "correlate/nccl_comms.h"
 
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,26 +20,13 @@ void np_nccl_comms_free(struct np_nccl_comms *c) {
     memset(c, 0, sizeof(*c));
 }
 
-/* Pointers are 8-aligned and below 2^56 in user space: mixing in the pid
- * keeps (pid, comm) pairs apart; the entry itself is checked on lookup. */
-static uint64_t key_of(uint32_t pid, uint64_t comm) {
-    return (comm ^ ((uint64_t)pid << 40) ^ ((uint64_t)pid * 0x9e3779b97f4a7c15ull)) | 1;
+static bool same_id(const struct np_nccl_comm_id *a, const struct np_nccl_comm_id *b) {
+    return a->hash == b->hash && a->rank == b->rank && a->nranks == b->nranks &&
+           a->cuda_dev == b->cuda_dev;
 }
 
-struct np_nccl_comm_stats *np_nccl_comms_get(struct np_nccl_comms *c, uint32_t pid, uint64_t comm,
-                                             const struct np_nccl_comm_id *id) {
-    uint64_t key = key_of(pid, comm);
-    for (;; key += 2) { /* open addressing over keys on a (rare) clash */
-        uintptr_t at = (uintptr_t)np_map_get_u64(&c->index, key);
-        if (!at)
-            break;
-        struct np_nccl_comm_stats *s = &c->items[at - 1];
-        if (s->pid == pid && s->comm == comm) {
-            if (!s->id.known && id && id->known)
-                s->id = *id;
-            return s;
-        }
-    }
+static struct np_nccl_comm_stats *add_entry(struct np_nccl_comms *c, const char *key, uint32_t pid,
+                                            uint64_t comm, const struct np_nccl_comm_id *id) {
     if (c->count == c->cap) {
         size_t ncap = c->cap ? c->cap * 2 : 8;
         struct np_nccl_comm_stats *items = realloc(c->items, ncap * sizeof(*items));
@@ -45,7 +35,7 @@ struct np_nccl_comm_stats *np_nccl_comms_get(struct np_nccl_comms *c, uint32_t p
         c->items = items;
         c->cap = ncap;
     }
-    if (np_map_put_u64(&c->index, key, (void *)(uintptr_t)(c->count + 1)) < 0)
+    if (np_map_put_str(&c->index, key, (void *)(uintptr_t)(c->count + 1)) < 0)
         return NULL;
     struct np_nccl_comm_stats *s = &c->items[c->count++];
     memset(s, 0, sizeof(*s));
@@ -53,6 +43,26 @@ struct np_nccl_comm_stats *np_nccl_comms_get(struct np_nccl_comms *c, uint32_t p
     s->comm = comm;
     if (id)
         s->id = *id;
+    return s;
+}
+
+/* A pointer can be reused: a communicator destroyed and another created
+ * at the same address. A different identity read there starts a new
+ * entry (the key then names the newest). */
+struct np_nccl_comm_stats *np_nccl_comms_get(struct np_nccl_comms *c, uint32_t pid, uint64_t comm,
+                                             const struct np_nccl_comm_id *id) {
+    char key[48];
+    snprintf(key, sizeof(key), "%u:%" PRIx64, pid, comm);
+    uintptr_t at = (uintptr_t)np_map_get_str(&c->index, key);
+    if (!at)
+        return add_entry(c, key, pid, comm, id);
+    struct np_nccl_comm_stats *s = &c->items[at - 1];
+    if (id && id->known) {
+        if (!s->id.known)
+            s->id = *id;
+        else if (!same_id(&s->id, id))
+            return add_entry(c, key, pid, comm, id);
+    }
     return s;
 }
 

@@ -5,7 +5,8 @@
  * (process, ncclComm pointer); its identity (commHash, rank, nRanks,
  * cudaDev) is filled from whichever record read it first - an API call
  * or a launch - so communicators created before ncclprobe attached are
- * named too. Written to summary.json. */
+ * named too; a pointer reused by a new communicator (another identity)
+ * starts a new entry. Written to summary.json. */
 #ifndef NP_NCCL_COMMS_H
 #define NP_NCCL_COMMS_H
 
@@ -31,7 +32,7 @@ struct np_nccl_comm_stats {
 };
 
 struct np_nccl_comms {
-    struct np_map index; /* (pid, comm) hash -> 1-based index into items */
+    struct np_map index; /* "pid:comm" -> 1-based index into items (the newest there) */
     struct np_nccl_comm_stats *items;
     size_t count, cap;
 };

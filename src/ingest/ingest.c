@@ -75,7 +75,8 @@ static const char *kernel_name(struct np_target *t, const struct np_launch *l, c
         snprintf(buf, size, "<graph %s>", l->def->api);
         return buf;
     case NP_LAYOUT_NCCL_LAUNCH:
-        if (l->nccl_plan && l->nccl_plan->copy_engine)
+        if (strcmp(l->def->api, "ncclLaunchCeColl") == 0 ||
+            (l->nccl_plan && l->nccl_plan->copy_engine))
             return "<nccl copy engine>";
         if (l->nccl_plan && l->nccl_plan->has_kernel_fn)
             name = np_kernel_name_from_stub(t->sym, l->nccl_plan->kernel_fn);
@@ -126,6 +127,16 @@ static bool really_nested(struct np_ingest *in, struct np_target *t,
         return false;
     const struct np_frame *caller = np_symbolize(t->sym, e->ret_addr, true);
     return strcmp(caller->module_path, t->libs[outer->lib_index].path) == 0;
+}
+
+/* An NCCL API function called by libnccl itself (2.28's ncclBcast calls
+ * ncclBroadcast): part of the outer call, not an operation of its own. */
+static bool nccl_internal_call(struct np_target *t, const struct np_probe_site *site,
+                               const struct np_launch_event *e) {
+    if (!t->sym || !e->ret_addr || site->lib_index >= t->nlibs)
+        return false;
+    const struct np_frame *caller = np_symbolize(t->sym, e->ret_addr, true);
+    return strcmp(caller->module_path, t->libs[site->lib_index].path) == 0;
 }
 
 /* Reads the code objects of a Python stack not seen before, while they
@@ -181,20 +192,20 @@ static void handle_marker(struct np_ingest *in, const struct np_marker_event *m,
 
 static void handle_nccl_plan(struct np_ingest *in, const struct np_nccl_plan_event *e,
                              size_t size) {
-    const struct np_probe_site *site = np_attacher_site(in->attacher, e->probe_id);
     if (size < NP_NCCL_PLAN_FIXED_SIZE) {
         in->stats.malformed++;
         return;
     }
+    const struct np_probe_site *site = np_attacher_site(in->attacher, e->probe_id);
     if (!site || !site->nccl) {
         in->stats.unknown_source++;
         return;
     }
+    in->stats.nccl_plan_events++;
     struct np_nccl_plan *plan = malloc(sizeof(*plan));
     if (!plan)
         return;
     if (np_nccl_plan_decode(site->nccl, e, size, plan) < 0) {
-        in->stats.malformed++;
         free(plan);
         return;
     }
@@ -208,13 +219,11 @@ static void handle_nccl_plan(struct np_ingest *in, const struct np_nccl_plan_eve
         free(plan);
 }
 
-#define NCCL_PLAN_MAX_LEAD_NS 100000000ull /* a plan older than this is not the launch's */
-
-/* The plan of this launch record, if it came; the caller frees it. */
+/* The plan of this launch record, if it came; the caller frees it. BPF
+ * stamps both records of one probe hit with the same time. */
 static struct np_nccl_plan *take_nccl_plan(struct np_ingest *in, const struct np_launch_event *e) {
     struct np_nccl_plan *plan = np_map_del_u64(&in->nccl_pending, e->hdr.tid);
-    if (plan && plan->probe_id == e->probe_id && plan->ts_ns <= e->hdr.ts_ns &&
-        e->hdr.ts_ns - plan->ts_ns < NCCL_PLAN_MAX_LEAD_NS)
+    if (plan && plan->probe_id == e->probe_id && plan->ts_ns == e->hdr.ts_ns)
         return plan;
     if (plan) {
         in->stats.nccl_plans_unclaimed++;
@@ -228,6 +237,27 @@ static void append_frame(struct np_str *s, const char *frame) {
     np_str_append(s, frame);
 }
 
+/* What of this plan could not be read, in words; NULL when nothing. */
+static const char *nccl_plan_missing(const struct np_nccl_layout *layout,
+                                     const struct np_nccl_plan *plan) {
+    if (plan->flags & NP_NF_PLAN_ERR)
+        return "the plan could not be read (freed or unmapped memory)";
+    if (plan->flags & NP_NF_TASK_ERR)
+        return "a task could not be read: the operations stop there";
+    if (plan->flags & NP_NF_COMM_ERR)
+        return "the communicator could not be read";
+    if (plan->flags & NP_NF_STREAM_ERR)
+        return "the launch stream could not be read";
+    if (plan->copy_engine && (plan->flags & NP_NF_AUX_ERR))
+        return "the copy-engine arguments could not be read";
+    if (layout->missing[0])
+        return layout->missing;
+    if (plan->symmetric && plan->nops == 0)
+        return "symmetric kernel: NCCL frees its tasks before the launch; the operations are "
+               "in nccl.jsonl (API calls)";
+    return NULL;
+}
+
 /* Completes an NCCL kernel launch from its plan: dimensions, stream, the
  * [NCCL]Op frame above the kernel, per-communicator totals. */
 static void add_nccl_launch(struct np_ingest *in, const struct np_probe_site *site,
@@ -237,7 +267,7 @@ static void add_nccl_launch(struct np_ingest *in, const struct np_probe_site *si
         in->stats.nccl_launches_without_plan++;
         l->nccl_missing = site->nccl && site->nccl->status != 0
                               ? site->nccl->missing
-                              : "the plan record was lost (ring buffer full)";
+                              : "the plan record was not received (see summary.json nccl)";
         return;
     }
     if (plan->grid && plan->block) {
@@ -247,11 +277,7 @@ static void add_nccl_launch(struct np_ingest *in, const struct np_probe_site *si
     }
     if (plan->has_stream)
         l->stream = plan->stream;
-    if (site->nccl->missing[0])
-        l->nccl_missing = site->nccl->missing;
-    else if (plan->symmetric && plan->nops == 0)
-        l->nccl_missing = "symmetric kernel: NCCL frees its tasks before the launch; the "
-                          "operations are in nccl.jsonl (API calls)";
+    l->nccl_missing = nccl_plan_missing(site->nccl, plan);
 
     char types[256], frame[300];
     np_nccl_plan_op_types(plan, kernel, types, sizeof(types));
@@ -331,7 +357,9 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
     bool name_entry = (e->flags & NP_LF_VIA_THUNK) || !t->sym;
     np_ingest_build_stack(in, t, e, name_entry ? called->def->symbol : NULL, stack);
 
-    if (l.is_nccl_op) {
+    if (l.is_nccl_op && nccl_internal_call(t, called, e)) {
+        in->stats.nccl_internal_calls++;
+    } else if (l.is_nccl_op) {
         t->nccl_ops++;
         add_nccl_op(in, called, &l);
         np_output_nccl_op(in->out, &l, np_str_cstr(&stack->folded), np_str_cstr(&stack->detailed));

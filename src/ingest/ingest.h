@@ -30,9 +30,11 @@ struct np_ingest_stats {
     uint64_t unknown_source;       /* probe id or pid we do not know (already detached) */
     uint64_t unsymbolized;         /* launches of a process gone before its mappings were read */
     uint64_t marker_events;        /* CUPTI correlation markers */
-    uint64_t nccl_plans;           /* NCCL plan records decoded */
+    uint64_t nccl_plan_events;     /* NCCL plan records received from a known probe */
+    uint64_t nccl_plans;           /* ... decoded (the others: inconsistent sizes, no memory) */
     uint64_t nccl_plans_unclaimed; /* ... whose launch record never came (dropped) */
     uint64_t nccl_launches_without_plan; /* NCCL launches whose plan was not read */
+    uint64_t nccl_internal_calls;        /* NCCL API calls made by libnccl itself: not written */
     uint64_t *per_probe; /* launches by the probe the caller called, index = probe id */
     size_t per_probe_len;
 };

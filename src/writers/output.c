@@ -158,11 +158,13 @@ static uint64_t stack_id(struct np_output *o, const char *stack, const char *fol
     return id;
 }
 
-static void json_common(struct np_str *s, const struct np_launch *l) {
+/* thread_key: what the thread's name is called ("comm" in launches.jsonl;
+ * "thread" in nccl.jsonl, where "comm" is the communicator). */
+static void json_common(struct np_str *s, const struct np_launch *l, const char *thread_key) {
     const struct np_launch_event *e = l->ev;
     np_str_appendf(s,
-                   "{\"ts_ns\":%" PRIu64 ",\"pid\":%u,\"tid\":%u,\"comm\":", (uint64_t)e->hdr.ts_ns,
-                   e->hdr.pid, e->hdr.tid);
+                   "{\"ts_ns\":%" PRIu64 ",\"pid\":%u,\"tid\":%u,\"%s\":", (uint64_t)e->hdr.ts_ns,
+                   e->hdr.pid, e->hdr.tid, thread_key);
     char comm[NP_COMM_LEN + 1];
     memcpy(comm, e->comm, NP_COMM_LEN);
     comm[NP_COMM_LEN] = '\0';
@@ -210,7 +212,7 @@ static void nccl_launch_json(struct np_str *s, const struct np_launch *l) {
             nccl_op_json(s, &p->ops[i]);
         }
         np_str_appendf(s, "],\"ops_total\":%u,\"ops_truncated\":%s", p->total_ops,
-                       p->total_ops > p->nops ? "true" : "false");
+                       p->total_ops > p->nops || (p->flags & NP_NF_TASK_ERR) ? "true" : "false");
     }
     if (l->nccl_missing) {
         np_str_append(s, ",\"missing\":");
@@ -223,7 +225,7 @@ static void nccl_launch_json(struct np_str *s, const struct np_launch *l) {
 static void render_launch_json(struct np_str *s, const struct np_launch *l, const char *kernel,
                                uint64_t sid) {
     np_str_reset(s);
-    json_common(s, l);
+    json_common(s, l, "comm");
     np_str_append(s, ",\"api\":");
     np_json_string(s, l->def->api);
     np_str_appendf(s, ",\"probe_id\":%u", l->ev->called_as);
@@ -404,7 +406,7 @@ void np_output_nccl_op(struct np_output *o, const struct np_launch *l, const cha
 
     o->totals.nccl_ops++;
     np_str_reset(s);
-    json_common(s, l);
+    json_common(s, l, "thread");
     np_str_append(s, ",\"op\":");
     np_json_string(s, l->def->api);
     np_str_appendf(s, ",\"count\":%" PRIu64 ",\"datatype\":", l->count);

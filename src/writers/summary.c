@@ -248,6 +248,7 @@ static cJSON *nccl_json(const struct np_summary *s) {
     add_u64(o, "plans_dropped", s->counters[NP_CNT_NCCL_PLAN_DROPPED]);
     add_u64(o, "plans_unclaimed", s->ingest->nccl_plans_unclaimed);
     add_u64(o, "launches_without_plan", s->ingest->nccl_launches_without_plan);
+    add_u64(o, "internal_api_calls", s->ingest->nccl_internal_calls);
     cJSON_AddItemToObject(o, "libraries", nccl_libraries_json(s));
     cJSON *comms = cJSON_AddArrayToObject(o, "communicators");
     for (size_t i = 0; s->nccl_comms && i < s->nccl_comms->count; i++)

@@ -16,6 +16,7 @@
 #include "attach/target.h"
 #include "check.h"
 #include "correlate/gpu.h"
+#include "correlate/nccl_comms.h"
 #include "ingest/launch.h"
 #include "ingest/nccl_plan.h"
 #include "lib/hashmap.h"
@@ -477,7 +478,7 @@ static void test_nccl_plan_decode(void) {
     const struct np_nccl_cfg *c = &l.cfg;
     CHECK(c->comm_lo == 0x1044c8 && c->comm_len == 20); /* commHash .. cudaDev */
     CHECK(c->comm_streams == 0x1054a0 && c->stream_off == 8);
-    CHECK(c->plan_lo == 34 && c->plan_len == 152 + 8 - 34); /* isSymColl .. collTaskQueue.head */
+    CHECK(c->plan_lo == 34 && c->plan_len == 76 + 4 - 34); /* isSymColl .. threadPerBlock */
     CHECK(c->lists[0].head == 152 && c->lists[0].next == 0 && c->lists[0].lo == 8 &&
           c->lists[0].len == 233 - 8);
     CHECK(c->lists[1].head == 136 && c->lists[1].next == 0 && c->lists[1].lo == 8 &&
@@ -559,6 +560,26 @@ static void test_nccl_plan_decode(void) {
           stripped.cfg.lists[0].head == NP_NCCL_NO_FIELD);
 }
 
+/* Communicators by (process, pointer); a pointer reused by a communicator
+ * with another identity is a new entry, and an API call naming it later
+ * counts there. */
+static void test_nccl_comms(void) {
+    struct np_nccl_comms c;
+    np_nccl_comms_init(&c);
+    struct np_nccl_comm_id a = {.known = true, .hash = 1, .rank = 0, .nranks = 2};
+    struct np_nccl_comm_id b = {.known = true, .hash = 2, .rank = 1, .nranks = 4};
+    struct np_nccl_comm_stats *s1 = np_nccl_comms_get(&c, 10, 0x1000, NULL);
+    CHECK(s1 && !s1->id.known);
+    s1->launches++;
+    CHECK(np_nccl_comms_get(&c, 10, 0x1000, &a) == &c.items[0] && c.items[0].id.hash == 1);
+    CHECK(np_nccl_comms_get(&c, 11, 0x1000, &a) == &c.items[1]); /* another process */
+    struct np_nccl_comm_stats *s3 = np_nccl_comms_get(&c, 10, 0x1000, &b);
+    CHECK(c.count == 3 && s3 == &c.items[2] && s3->id.hash == 2 && s3->launches == 0);
+    CHECK(np_nccl_comms_get(&c, 10, 0x1000, NULL) == &c.items[2]);
+    CHECK(np_nccl_func_of_api("AllReduce") == 4 && np_nccl_func_of_api("GroupEnd") == -1);
+    np_nccl_comms_free(&c);
+}
+
 int main(void) {
     test_demangle();
     test_thunk();
@@ -570,6 +591,7 @@ int main(void) {
     test_gpu_join();
     test_nccl_dwarf_layout();
     test_nccl_plan_decode();
+    test_nccl_comms();
     test_decode();
     test_writers();
     test_parse();
