@@ -786,7 +786,8 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
     switch (cfg->role) {
     case NP_ROLE_LAUNCH: {
         __u64 ts = bpf_ktime_get_ns();
-        struct np_nccl_cfg *nccl = bpf_map_lookup_elem(&nccl_cfg, &probe_id);
+        struct np_nccl_cfg *nccl =
+            cfg->nccl_plan ? bpf_map_lookup_elem(&nccl_cfg, &probe_id) : NULL;
         if (nccl)
             emit_nccl_plan(ctx, nccl, probe_id, pid_tgid, ts);
         count(NP_CNT_LAUNCH_HITS);

@@ -74,7 +74,8 @@ struct np_probe_cfg {
     __u8 src_arg;   /* handle producers: the argument naming the handle */
     __u8 src_kind;  /* enum np_handle_source */
     __u8 hold;      /* loader hook of a process ncclprobe started: stop it until probed */
-    __u8 pad[2];
+    __u8 nccl_plan; /* an NCCL launch: nccl_cfg[probe id] says what of its plan to read */
+    __u8 pad;
     __u32 deref_off; /* added to the dereferenced pointer */
     __u32 deref_len; /* bytes to copy, at most NP_DEREF_BYTES */
 };

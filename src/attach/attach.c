@@ -119,6 +119,12 @@ static struct np_probe_site *new_site(struct np_attacher *a) {
     return s;
 }
 
+/* An NCCL kernel launch whose libnccl's DWARF says where its plan is. */
+static bool nccl_plan_read(const struct np_probe_site *s) {
+    return s->nccl && s->nccl->status == 0 && s->def->role == NP_ROLE_LAUNCH &&
+           s->def->layout == NP_LAYOUT_NCCL_LAUNCH;
+}
+
 static struct np_probe_cfg site_cfg(const struct np_probe_site *s) {
     struct np_probe_cfg cfg = {
         .pid = (uint32_t)s->pid,
@@ -131,6 +137,7 @@ static struct np_probe_cfg site_cfg(const struct np_probe_site *s) {
         .deref_off = 0,
         .deref_len = (uint32_t)s->def->deref_len,
     };
+    cfg.nccl_plan = nccl_plan_read(s);
     /* an NCCL API call: its communicator's identity rides in deref */
     int comm_arg = np_probe_comm_arg(s->def);
     if (s->nccl && s->nccl->comm_ok && s->def->role == NP_ROLE_API && comm_arg >= 0) {
@@ -145,14 +152,12 @@ static struct np_probe_cfg site_cfg(const struct np_probe_site *s) {
  * can fire the moment it is attached. */
 static int write_site_cfg(struct np_attacher *a, const struct np_probe_site *s) {
     struct np_probe_cfg cfg = site_cfg(s);
+    /* an NCCL kernel launch: what of its plan BPF reads (cfg.nccl_plan says look) */
+    if (cfg.nccl_plan && bpf_map__update_elem(a->skel->maps.nccl_cfg, &s->id, sizeof(s->id),
+                                              &s->nccl->cfg, sizeof(s->nccl->cfg), BPF_ANY) < 0)
+        return -errno;
     if (bpf_map__update_elem(a->skel->maps.probe_cfg, &s->id, sizeof(s->id), &cfg, sizeof(cfg),
                              BPF_ANY) < 0)
-        return -errno;
-    /* an NCCL kernel launch: BPF reads its plan too */
-    if (s->nccl && s->nccl->status == 0 && s->def->role == NP_ROLE_LAUNCH &&
-        s->def->layout == NP_LAYOUT_NCCL_LAUNCH &&
-        bpf_map__update_elem(a->skel->maps.nccl_cfg, &s->id, sizeof(s->id), &s->nccl->cfg,
-                             sizeof(s->nccl->cfg), BPF_ANY) < 0)
         return -errno;
     return 0;
 }

@@ -51,15 +51,11 @@ static void usage(FILE *f) {
 
 static int parse_u64(const char *option, const char *text, uint64_t min, uint64_t max,
                      uint64_t *out) {
-    char *end = NULL;
-    errno = 0;
-    unsigned long long v = text[0] >= '0' && text[0] <= '9' ? strtoull(text, &end, 10) : 0;
-    if (!end || *end || errno == ERANGE || v < min || v > max) {
+    if (np_parse_u64(text, min, max, out) < 0) {
         np_err("invalid %s '%s': expected a whole number from %llu to %llu", option, text,
                (unsigned long long)min, (unsigned long long)max);
         return -EINVAL;
     }
-    *out = v;
     return 0;
 }
 

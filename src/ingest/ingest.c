@@ -114,6 +114,16 @@ static const char *kernel_from_stub_frame(const char *stack, char *buf, size_t s
     return buf;
 }
 
+/* The record's caller (its return address) is code of the target's library
+ * lib_index. */
+static bool called_from_library(struct np_target *t, const struct np_launch_event *e,
+                                size_t lib_index) {
+    if (!t->sym || !e->ret_addr || lib_index >= t->nlibs)
+        return false;
+    const struct np_frame *caller = np_symbolize(t->sym, e->ret_addr, true);
+    return strcmp(caller->module_path, t->libs[lib_index].path) == 0;
+}
+
 /* BPF flags a launch as nested when an earlier launch's activation still
  * looks live on the stack; that is necessary, not sufficient (a caller's
  * stack slots can outlive a call). It really is nested when it was called
@@ -122,21 +132,9 @@ static const char *kernel_from_stub_frame(const char *stack, char *buf, size_t s
 static bool really_nested(struct np_ingest *in, struct np_target *t,
                           const struct np_launch_event *e) {
     const struct np_probe_site *outer = np_attacher_site(in->attacher, e->outer_probe);
-    if (!(e->flags & NP_LF_NESTED) || !outer || outer->pid != t->pid ||
-        outer->lib_index >= t->nlibs || !e->ret_addr || !t->sym)
+    if (!(e->flags & NP_LF_NESTED) || !outer || outer->pid != t->pid)
         return false;
-    const struct np_frame *caller = np_symbolize(t->sym, e->ret_addr, true);
-    return strcmp(caller->module_path, t->libs[outer->lib_index].path) == 0;
-}
-
-/* An NCCL API function called by libnccl itself (2.28's ncclBcast calls
- * ncclBroadcast): part of the outer call, not an operation of its own. */
-static bool nccl_internal_call(struct np_target *t, const struct np_probe_site *site,
-                               const struct np_launch_event *e) {
-    if (!t->sym || !e->ret_addr || site->lib_index >= t->nlibs)
-        return false;
-    const struct np_frame *caller = np_symbolize(t->sym, e->ret_addr, true);
-    return strcmp(caller->module_path, t->libs[site->lib_index].path) == 0;
+    return called_from_library(t, e, outer->lib_index);
 }
 
 /* Reads the code objects of a Python stack not seen before, while they
@@ -357,7 +355,9 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
     bool name_entry = (e->flags & NP_LF_VIA_THUNK) || !t->sym;
     np_ingest_build_stack(in, t, e, name_entry ? called->def->symbol : NULL, stack);
 
-    if (l.is_nccl_op && nccl_internal_call(t, called, e)) {
+    /* an API function libnccl calls itself (2.28's ncclBcast calls
+     * ncclBroadcast) is part of the outer call, not an operation of its own */
+    if (l.is_nccl_op && called_from_library(t, e, called->lib_index)) {
         in->stats.nccl_internal_calls++;
     } else if (l.is_nccl_op) {
         t->nccl_ops++;

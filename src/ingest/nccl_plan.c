@@ -125,7 +125,6 @@ int np_nccl_plan_decode(const struct np_nccl_layout *l, const struct np_nccl_pla
     p->probe_id = e->probe_id;
     p->flags = e->flags;
     p->comm = e->comm;
-    p->plan = e->plan;
     if (!(e->flags & NP_NF_COMM_ERR) && e->comm)
         np_nccl_comm_id_decode(l, e->comm_bytes, l->cfg.comm_len, &p->id);
     p->stream = e->stream;

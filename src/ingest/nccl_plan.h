@@ -25,7 +25,7 @@ struct np_nccl_op {
 struct np_nccl_plan {
     uint64_t ts_ns;
     uint32_t tid, probe_id, flags; /* enum np_nccl_flags */
-    uint64_t comm, plan, stream, kernel_fn;
+    uint64_t comm, stream, kernel_fn;
     bool has_stream, has_kernel_fn;
     struct np_nccl_comm_id id;
     uint32_t grid, block; /* 0: not read */

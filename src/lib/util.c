@@ -162,6 +162,21 @@ int np_parse_long(const char *text, long min, long max, long *out) {
     return 0;
 }
 
+int np_parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out) {
+    char *end = NULL;
+
+    if (!text || *text < '0' || *text > '9') /* strtoull would take "-5" and " 5" */
+        return -EINVAL;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (*end)
+        return -EINVAL;
+    if (errno == ERANGE || v < min || v > max)
+        return -ERANGE;
+    *out = v;
+    return 0;
+}
+
 int np_read_file(const char *path, char **out, size_t *out_len) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)

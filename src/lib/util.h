@@ -49,6 +49,8 @@ uint64_t np_realtime_ns(void);
 int np_parse_seconds(const char *text, double *out);
 /* Parses a decimal integer in [min, max]; -EINVAL / -ERANGE otherwise. */
 int np_parse_long(const char *text, long min, long max, long *out);
+/* The same for unsigned 64-bit values (digits only: no sign, no spaces). */
+int np_parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out);
 
 /* Copies len bytes at addr in process pid (process_vm_readv): 0, or -EFAULT
  * when not all of it is mapped, -ESRCH when the process is gone. */

@@ -202,7 +202,6 @@ static void nccl_launch_json(struct np_str *s, const struct np_launch *l) {
     np_str_appendf(s, ",\"nccl\":{\"comm\":\"0x%" PRIx64 "\"", l->comm);
     comm_id_json(s, p ? &p->id : &(struct np_nccl_comm_id){0});
     if (p) {
-        np_str_appendf(s, ",\"plan\":\"0x%" PRIx64 "\"", p->plan);
         if (p->has_kernel_fn)
             np_str_appendf(s, ",\"kernel_fn\":\"0x%" PRIx64 "\"", p->kernel_fn);
         np_str_appendf(s, ",\"symmetric\":%s,\"copy_engine\":%s,\"ops\":[",

@@ -249,6 +249,12 @@ static void test_parse(void) {
     CHECK(np_parse_long("42", 1, 100, &v) == 0 && v == 42);
     CHECK(np_parse_long("420", 1, 100, &v) == -ERANGE);
     CHECK(np_parse_long("4x", 1, 100, &v) == -EINVAL);
+    uint64_t u = 0;
+    CHECK(np_parse_u64("18446744073709551615", 0, UINT64_MAX, &u) == 0 && u == UINT64_MAX);
+    CHECK(np_parse_u64("18446744073709551616", 0, UINT64_MAX, &u) == -ERANGE);
+    CHECK(np_parse_u64("-5", 0, UINT64_MAX, &u) == -EINVAL);
+    CHECK(np_parse_u64(" 5", 0, UINT64_MAX, &u) == -EINVAL);
+    CHECK(np_parse_u64("0", 1, 9, &u) == -ERANGE);
 }
 
 /* Folded stacks show the path below site-packages, dist-packages or
