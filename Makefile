@@ -37,6 +37,11 @@ CUPTI_SRCS := $(sort $(wildcard src/cupti/*.c))
 OBJS     := $(SRCS:src/%.c=$(BUILD)/obj/%.o)
 HEADERS  := $(wildcard include/ncclprobe/*.h src/*/*.h)
 
+# The CUPTI injection library, when the toolkit's headers are there (src/cupti/).
+ifneq ($(wildcard $(CUDA_HOME)/include/cupti.h),)
+CUPTI_LIB := $(BUILD)/libncclprobe_cupti.so
+endif
+
 .PHONY: all demo test test-unit test-e2e bench format format-check clean
 all: $(BUILD)/ncclprobe $(CUPTI_LIB)
 
@@ -53,7 +58,15 @@ $(BUILD)/ncclprobe.bpf.o: $(BPF_SRC) include/ncclprobe/events.h $(BUILD)/vmlinux
 $(BUILD)/ncclprobe.skel.h: $(BUILD)/ncclprobe.bpf.o
 	$(BPFTOOL) gen skeleton $< name ncclprobe_bpf > $@.tmp && mv $@.tmp $@
 
-$(BUILD)/obj/%.o: src/%.c $(HEADERS) $(BUILD)/ncclprobe.skel.h
+# The daemon's process discovery (exec and library mmap notifications).
+$(BUILD)/discover.bpf.o: bpf/discover.bpf.c include/ncclprobe/discover.h $(BUILD)/vmlinux.h
+	$(CLANG) -g -O2 -target bpf -D__TARGET_ARCH_x86 $(WARN) -Wno-unused-function -Wno-unused-parameter \
+		-Iinclude -I$(BUILD) -c $< -o $@
+
+$(BUILD)/discover.skel.h: $(BUILD)/discover.bpf.o
+	$(BPFTOOL) gen skeleton $< name discover_bpf > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/obj/%.o: src/%.c $(HEADERS) $(BUILD)/ncclprobe.skel.h $(BUILD)/discover.skel.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -c $< -o $@
 
@@ -63,9 +76,6 @@ $(BUILD)/ncclprobe: $(OBJS)
 # ---- libncclprobe_cupti.so -------------------------------------------------
 # Loaded into the target with CUDA_INJECTION64_PATH. Built against the
 # toolkit's CUPTI headers; CUPTI itself is dlopen()ed at run time.
-ifneq ($(wildcard $(CUDA_HOME)/include/cupti.h),)
-CUPTI_LIB := $(BUILD)/libncclprobe_cupti.so
-endif
 
 $(BUILD)/libncclprobe_cupti.so: $(CUPTI_SRCS) include/ncclprobe/gpu_wire.h
 	@mkdir -p $(@D)
@@ -100,9 +110,18 @@ $(BUILD)/unwind_bench: bench/unwind_bench.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o
 $(BUILD)/merge_unit: tests/unit/merge_unit.c tests/unit/check.h $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o)
 	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $(filter-out %.h,$^) $(LIBS)
 
-test-unit: $(BUILD)/unit_tests $(BUILD)/merge_unit
+# The daemon's configuration parser and its control socket, alone.
+$(BUILD)/config_unit: tests/unit/config_unit.c tests/unit/check.h $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o)
+	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $(filter-out %.h,$^) $(LIBS)
+
+$(BUILD)/ctl_unit: tests/unit/ctl_unit.c tests/unit/check.h $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o)
+	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $(filter-out %.h,$^) $(LIBS)
+
+test-unit: $(BUILD)/unit_tests $(BUILD)/merge_unit $(BUILD)/config_unit $(BUILD)/ctl_unit
 	$(BUILD)/unit_tests
 	$(BUILD)/merge_unit
+	$(BUILD)/config_unit
+	$(BUILD)/ctl_unit
 
 test-e2e: $(BUILD)/ncclprobe $(CUPTI_LIB) $(BUILD)/progs/.built $(BUILD)/demo/.built $(BUILD)/pyline_check
 	NCCLPROBE_BUILD=$(abspath $(BUILD)) $(PYTHON) -m pytest -q -rs tests/
@@ -129,7 +148,7 @@ bench: $(BUILD)/ncclprobe $(BUILD)/progs/.built $(BUILD)/unwind_bench $(BUILD)/j
 	bench/nccl.sh $(BUILD)
 	bench/merge.sh $(BUILD)
 
-FORMATTED := $(BPF_SRC) $(SRCS) $(HEADERS) $(CUPTI_SRCS) tests/unit/*.[ch] $(wildcard tests/progs/*.[ch] \
+FORMATTED := $(BPF_SRC) bpf/discover.bpf.c $(SRCS) $(HEADERS) $(CUPTI_SRCS) tests/unit/*.[ch] $(wildcard tests/progs/*.[ch] \
 	tests/progs/*.cc tools/demo/*.[ch] tools/demo/standin/*.[ch] bench/*.c)
 
 format:
@@ -140,3 +159,6 @@ format-check:
 
 clean:
 	rm -rf build
+
+# make deb, make install: packaging/packaging.mk
+include packaging/packaging.mk

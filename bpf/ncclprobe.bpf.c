@@ -62,6 +62,30 @@ struct {
     __type(value, __u64);
 } counters SEC(".maps");
 
+/* The daemon's CPU budget: while it is exceeded user space sets rate_limit,
+ * and each probe sends at most that many launches per second (a window per
+ * probe, shared by all CPUs; its edges are approximate). 0: no limit. */
+__u32 rate_limit = 0;
+
+struct np_rate_window {
+    __u64 start_ns;
+    __u64 sent;
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, NP_MAX_PROBES);
+    __type(key, __u32);
+    __type(value, struct np_rate_window);
+} probe_rate SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, NP_MAX_PROBES);
+    __type(key, __u32);
+    __type(value, __u64);
+} probe_limited SEC(".maps");
+
 /* The innermost live launch on a thread, to flag launches nested in it. */
 struct launch_scope {
     __u64 sp;       /* stack pointer at its entry: its return address lives there */
@@ -768,6 +792,25 @@ static __always_inline void emit_nccl_plan(struct pt_regs *ctx, const struct np_
  * (slow) removal of every uprobe. */
 volatile __u32 stopped;
 
+/* True when this hit is over the probe's rate limit (counted, not sent). */
+static __always_inline bool over_rate_limit(__u32 probe_id, __u64 now) {
+    __u32 limit = rate_limit;
+    if (!limit)
+        return false;
+    struct np_rate_window *w = bpf_map_lookup_elem(&probe_rate, &probe_id);
+    if (!w)
+        return false;
+    if (now - w->start_ns >= 1000000000ull) { /* a new second (racy across CPUs: approximate) */
+        w->start_ns = now;
+        w->sent = 0;
+    }
+    if (__sync_fetch_and_add(&w->sent, 1) < limit)
+        return false;
+    count(NP_CNT_RATE_LIMITED);
+    count_probe(&probe_limited, probe_id);
+    return true;
+}
+
 static __always_inline int on_entry(struct pt_regs *ctx) {
     __u32 probe_id = (__u32)bpf_get_attach_cookie(ctx);
     __u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -786,6 +829,8 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
     switch (cfg->role) {
     case NP_ROLE_LAUNCH: {
         __u64 ts = bpf_ktime_get_ns();
+        if (over_rate_limit(probe_id, ts))
+            return 0;
         struct np_nccl_cfg *nccl =
             cfg->nccl_plan ? bpf_map_lookup_elem(&nccl_cfg, &probe_id) : NULL;
         if (nccl)
@@ -793,9 +838,13 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
         count(NP_CNT_LAUNCH_HITS);
         return emit_launch(ctx, cfg, probe_id, pid_tgid, ts);
     }
-    case NP_ROLE_API:
+    case NP_ROLE_API: {
+        __u64 ts = bpf_ktime_get_ns();
+        if (over_rate_limit(probe_id, ts))
+            return 0;
         count(NP_CNT_LAUNCH_HITS);
-        return emit_launch(ctx, cfg, probe_id, pid_tgid, bpf_ktime_get_ns());
+        return emit_launch(ctx, cfg, probe_id, pid_tgid, ts);
+    }
     case NP_ROLE_THUNK:
         remember_thunk(ctx, probe_id, (__u32)pid_tgid);
         return 0;

@@ -12,6 +12,8 @@ packages=(
     python3 python3-pytest                       # tests
     gdb                                          # the independent stack oracle in tests
     bpftrace linux-perf                          # benchmark peers
+    debhelper dpkg-dev                           # make deb (packaging/)
+    systemd man-db groff-base                    # packaging tests: systemd-analyze, man
 )
 
 missing=()

@@ -299,6 +299,8 @@ enum np_counter {
     NP_CNT_MARKER_DROPPED,
     NP_CNT_NCCL_PLAN_SENT, /* NCCL plan records written to the ring buffer */
     NP_CNT_NCCL_PLAN_DROPPED,
+    NP_CNT_RATE_LIMITED, /* launch/API hits not sent: over rate_limit (daemon over its CPU budget)
+                          */
     NP_CNT_MAX
 };
 

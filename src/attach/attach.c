@@ -88,9 +88,168 @@ void np_attacher_detach_all(struct np_attacher *a) {
     a->nmulti = 0;
 }
 
+/* ---- releasing one process's probes (the daemon) --------------------------
+ * A queue of links to close and one thread that closes them: a process
+ * exiting must not stall the reader for the grace periods of its uprobes. */
+
+struct np_closer {
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    pthread_t thread;
+    bool stopping;
+    int *fds;                /* uprobe_multi links */
+    struct bpf_link **links; /* perf-event links */
+    size_t nfds, nlinks, fds_cap, links_cap;
+    size_t busy; /* taken from the queue, being closed */
+};
+
+static void *closer_main(void *arg) {
+    struct np_closer *c = arg;
+    pthread_mutex_lock(&c->lock);
+    for (;;) {
+        while (!c->stopping && !c->nfds && !c->nlinks)
+            pthread_cond_wait(&c->wake, &c->lock);
+        if (!c->nfds && !c->nlinks)
+            break; /* stopping, and everything is closed */
+        int fd = c->nfds ? c->fds[--c->nfds] : -1;
+        struct bpf_link *link = fd < 0 ? c->links[--c->nlinks] : NULL;
+        c->busy++;
+        pthread_mutex_unlock(&c->lock);
+        if (fd >= 0)
+            close(fd);
+        bpf_link__destroy(link);
+        pthread_mutex_lock(&c->lock);
+        c->busy--;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+static struct np_closer *closer_new(void) {
+    struct np_closer *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->wake, NULL);
+    if (pthread_create(&c->thread, NULL, closer_main, c) != 0) {
+        pthread_mutex_destroy(&c->lock);
+        pthread_cond_destroy(&c->wake);
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* Waits for the queue to be closed, then frees the closer. */
+static void closer_free(struct np_closer *c) {
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->lock);
+    c->stopping = true;
+    pthread_cond_signal(&c->wake);
+    pthread_mutex_unlock(&c->lock);
+    pthread_join(c->thread, NULL);
+    pthread_mutex_destroy(&c->lock);
+    pthread_cond_destroy(&c->wake);
+    free(c->fds);
+    free(c->links);
+    free(c);
+}
+
+static bool grow(void **items, size_t *cap, size_t n, size_t size) {
+    if (n < *cap)
+        return true;
+    size_t ncap = *cap ? *cap * 2 : 64;
+    void *p = realloc(*items, ncap * size);
+    if (!p)
+        return false;
+    *items = p;
+    *cap = ncap;
+    return true;
+}
+
+/* Hands a link to the closer; closes it here when there is no closer. */
+static void close_later(struct np_attacher *a, int fd, struct bpf_link *link) {
+    if (!a->closer)
+        a->closer = closer_new();
+    struct np_closer *c = a->closer;
+    bool queued = false;
+    if (c) {
+        pthread_mutex_lock(&c->lock);
+        if (fd >= 0 && grow((void **)&c->fds, &c->fds_cap, c->nfds, sizeof(int)))
+            c->fds[c->nfds++] = fd, queued = true;
+        else if (link && grow((void **)&c->links, &c->links_cap, c->nlinks, sizeof(link)))
+            c->links[c->nlinks++] = link, queued = true;
+        pthread_cond_signal(&c->wake);
+        pthread_mutex_unlock(&c->lock);
+    }
+    if (!queued) {
+        if (fd >= 0)
+            close(fd);
+        bpf_link__destroy(link);
+    }
+}
+
+size_t np_attacher_closing(struct np_attacher *a) {
+    struct np_closer *c = a->closer;
+    if (!c)
+        return 0;
+    pthread_mutex_lock(&c->lock);
+    size_t n = c->nfds + c->nlinks + c->busy;
+    pthread_mutex_unlock(&c->lock);
+    return n;
+}
+
+/* Zeroes a per-CPU counter of a probe id (before the id is reused). */
+static void zero_percpu(struct bpf_map *map, uint32_t id) {
+    int ncpus = libbpf_num_possible_cpus();
+    if (ncpus <= 0)
+        return;
+    uint64_t zeros[ncpus];
+    memset(zeros, 0, sizeof(zeros));
+    bpf_map__update_elem(map, &id, sizeof(id), zeros, sizeof(zeros), BPF_ANY);
+}
+
+int np_attacher_release_pid(struct np_attacher *a, pid_t pid) {
+    int released = 0;
+    for (size_t i = 0; i < a->nsites; i++) {
+        struct np_probe_site *s = &a->sites[i];
+        if (s->pid != pid || s->released)
+            continue;
+        /* off in BPF first: a zero row serves no process */
+        struct np_probe_cfg off = {0};
+        bpf_map__update_elem(a->skel->maps.probe_cfg, &s->id, sizeof(s->id), &off, sizeof(off),
+                             BPF_ANY);
+        bpf_map__delete_elem(a->skel->maps.nccl_cfg, &s->id, sizeof(s->id), 0);
+        if (s->link)
+            close_later(a, -1, s->link);
+        if (s->ret_link)
+            close_later(a, -1, s->ret_link);
+        s->link = s->ret_link = NULL;
+        s->released = true;
+        if (grow((void **)&a->free_ids, &a->free_cap, a->nfree, sizeof(uint32_t)))
+            a->free_ids[a->nfree++] = s->id;
+        released++;
+    }
+    size_t kept = 0;
+    for (size_t i = 0; i < a->nmulti; i++) {
+        if (a->multi_pids[i] == pid) {
+            close_later(a, a->multi_fds[i], NULL);
+            continue;
+        }
+        a->multi_fds[kept] = a->multi_fds[i];
+        a->multi_pids[kept++] = a->multi_pids[i];
+    }
+    a->nmulti = kept;
+    return released;
+}
+
 void np_attacher_destroy(struct np_attacher *a) {
+    closer_free(a->closer);
     np_attacher_detach_all(a);
     free(a->multi_fds);
+    free(a->multi_pids);
+    free(a->free_ids);
     free(a->sites);
     np_map_free(&a->scan_cache, free_scan);
     memset(a, 0, sizeof(*a));
@@ -103,6 +262,16 @@ const struct np_probe_site *np_attacher_site(const struct np_attacher *a, uint32
 }
 
 static struct np_probe_site *new_site(struct np_attacher *a) {
+    if (a->nfree) { /* a released id: its counters start again from zero */
+        uint32_t id = a->free_ids[--a->nfree];
+        struct np_probe_site *s = &a->sites[id - 1];
+        memset(s, 0, sizeof(*s));
+        s->id = id;
+        zero_percpu(a->skel->maps.probe_hits, id);
+        zero_percpu(a->skel->maps.probe_drops, id);
+        zero_percpu(a->skel->maps.probe_limited, id);
+        return s;
+    }
     if (a->nsites + 1 >= NP_MAX_PROBES)
         return NULL;
     if (a->nsites == a->cap) {
@@ -183,15 +352,20 @@ static int attach_site(struct np_attacher *a, struct np_probe_site *s, const cha
     return 0;
 }
 
-static int remember_multi_link(struct np_attacher *a, int fd) {
+static int remember_multi_link(struct np_attacher *a, int fd, pid_t pid) {
     if (a->nmulti == a->multi_cap) {
         size_t ncap = a->multi_cap ? a->multi_cap * 2 : 16;
         int *fds = realloc(a->multi_fds, ncap * sizeof(*fds));
-        if (!fds)
+        if (fds)
+            a->multi_fds = fds;
+        pid_t *pids = realloc(a->multi_pids, ncap * sizeof(*pids));
+        if (pids)
+            a->multi_pids = pids;
+        if (!fds || !pids)
             return -ENOMEM;
-        a->multi_fds = fds;
         a->multi_cap = ncap;
     }
+    a->multi_pids[a->nmulti] = pid;
     a->multi_fds[a->nmulti++] = fd;
     return 0;
 }
@@ -201,15 +375,15 @@ static int remember_multi_link(struct np_attacher *a, int fd) {
  * returns. On failure nothing stays attached and the caller falls back to
  * one perf link per probe. */
 static int attach_library_multi(struct np_attacher *a, pid_t pid, const char *binary,
-                                size_t first) {
-    size_t n = a->nsites - first, nret = 0, nentry = 0;
+                                const uint32_t *ids, size_t n) {
+    size_t nret = 0, nentry = 0;
     uint64_t *offsets = calloc(2 * n + 2, sizeof(*offsets));
     uint64_t *cookies = calloc(2 * n + 2, sizeof(*cookies));
     uint64_t *ret_offsets = offsets + n + 1, *ret_cookies = cookies + n + 1;
     int entry_fd = -1, ret_fd = -1, err = (!offsets || !cookies) ? -ENOMEM : 0;
 
-    for (size_t i = first; !err && i < a->nsites; i++) {
-        const struct np_probe_site *s = &a->sites[i];
+    for (size_t i = 0; !err && i < n; i++) {
+        const struct np_probe_site *s = &a->sites[ids[i] - 1];
         if (s->err)
             continue;
         offsets[nentry] = s->offset, cookies[nentry++] = s->id;
@@ -227,8 +401,8 @@ static int attach_library_multi(struct np_attacher *a, pid_t pid, const char *bi
         err = ret_fd < 0 ? ret_fd : 0;
     }
     if (!err && entry_fd >= 0)
-        err = remember_multi_link(a, entry_fd);
-    if (!err && ret_fd >= 0 && (err = remember_multi_link(a, ret_fd)) < 0)
+        err = remember_multi_link(a, entry_fd, pid);
+    if (!err && ret_fd >= 0 && (err = remember_multi_link(a, ret_fd, pid)) < 0)
         a->nmulti--; /* the entry link was just remembered: undo, it is closed below */
     if (err) {
         if (entry_fd >= 0)
@@ -311,7 +485,11 @@ static int attach_scan(struct np_attacher *a, struct np_target *t, const char *t
     lib->late = t->attached;
     lib->nccl = nccl;
 
-    size_t first = a->nsites, unplaced = 0;
+    /* the new sites' ids: contiguous, unless released ids are reused */
+    uint32_t *ids = calloc(scan->count, sizeof(*ids));
+    if (!ids)
+        return -ENOMEM;
+    size_t n = 0, unplaced = 0;
     for (size_t i = 0; i < scan->count; i++) {
         const struct np_elf_match *m = &scan->matches[i];
         struct np_probe_site *s = new_site(a);
@@ -319,6 +497,7 @@ static int attach_scan(struct np_attacher *a, struct np_target *t, const char *t
             unplaced = scan->count - i;
             break;
         }
+        ids[n++] = s->id;
         s->pid = t->pid;
         s->def = m->def;
         s->lib_index = lib_index;
@@ -332,10 +511,10 @@ static int attach_scan(struct np_attacher *a, struct np_target *t, const char *t
             t->gpu_marker = true;
         s->err = write_site_cfg(a, s);
     }
-    if (!a->use_multi || attach_library_multi(a, t->pid, binary, first) < 0)
-        for (size_t i = first; i < a->nsites; i++)
-            if (!a->sites[i].err)
-                a->sites[i].err = attach_site(a, &a->sites[i], binary);
+    if (!a->use_multi || attach_library_multi(a, t->pid, binary, ids, n) < 0)
+        for (size_t i = 0; i < n; i++)
+            if (!a->sites[ids[i] - 1].err)
+                a->sites[ids[i] - 1].err = attach_site(a, &a->sites[ids[i] - 1], binary);
 
     int attached = 0;
     lib = &t->libs[lib_index];
@@ -345,8 +524,8 @@ static int attach_scan(struct np_attacher *a, struct np_target *t, const char *t
         np_warn("pid %d: %zu probes of %s not attached: more than %d probes in all", t->pid,
                 unplaced, target_path, NP_MAX_PROBES - 1);
     }
-    for (size_t i = first; i < a->nsites; i++) {
-        const struct np_probe_site *s = &a->sites[i];
+    for (size_t i = 0; i < n; i++) {
+        const struct np_probe_site *s = &a->sites[ids[i] - 1];
         if (!s->err) {
             lib->probes_ok++;
             attached++;
@@ -359,6 +538,7 @@ static int attach_scan(struct np_attacher *a, struct np_target *t, const char *t
                 strerror(-s->err));
     }
     lib->attached_ns = np_monotonic_ns();
+    free(ids);
     return attached;
 }
 

@@ -32,7 +32,8 @@ struct np_probe_site {
      * file cache), NULL for other probes */
     const struct np_nccl_layout *nccl;
     struct bpf_link *link, *ret_link;
-    int err; /* negative errno when attaching failed */
+    int err;       /* negative errno when attaching failed */
+    bool released; /* its process is gone: the id waits for reuse (daemon) */
 };
 
 /* One ELF file with probe points, mapped by one target. */
@@ -49,13 +50,19 @@ struct np_library {
     const struct np_nccl_layout *nccl; /* a libnccl: what its DWARF says (NULL: not NCCL) */
 };
 
+struct np_closer;
+
 struct np_attacher {
     struct ncclprobe_bpf *skel;
-    bool use_multi; /* attach with uprobe_multi links (one per library) */
-    int *multi_fds; /* those links */
+    bool use_multi;    /* attach with uprobe_multi links (one per library) */
+    int *multi_fds;    /* those links */
+    pid_t *multi_pids; /* ... and the process each serves */
     size_t nmulti, multi_cap;
     struct np_probe_site *sites; /* sites[id - 1] */
     size_t nsites, cap;
+    uint32_t *free_ids; /* ids of released sites, reused first */
+    size_t nfree, free_cap;
+    struct np_closer *closer; /* closes released links off the caller's thread */
     struct np_map scan_cache; /* file identity -> struct np_scanned_file * */
 };
 
@@ -64,6 +71,14 @@ void np_attacher_init(struct np_attacher *a, struct ncclprobe_bpf *skel, bool us
 void np_attacher_detach_all(struct np_attacher *a);
 /* Detaches what is left and frees the registry. */
 void np_attacher_destroy(struct np_attacher *a);
+/* A process is gone (or no longer traced): its probes are switched off in
+ * BPF now, their links closed by a background thread (removing a uprobe
+ * waits for an RCU grace period), and their ids reused by later probes.
+ * Records still in flight with those ids are refused by ingest (the site's
+ * pid no longer matches). Returns how many probes were released. */
+int np_attacher_release_pid(struct np_attacher *a, pid_t pid);
+/* Links released but not closed yet (the closer's queue). */
+size_t np_attacher_closing(struct np_attacher *a);
 const struct np_probe_site *np_attacher_site(const struct np_attacher *a, uint32_t id);
 
 /* Scans the target's /proc/PID/maps and attaches to every file not seen

@@ -140,6 +140,7 @@ void np_target_detect_python(struct np_target *t) {
 }
 
 void np_target_forget_stacks(struct np_target *t) {
+    t->stack_text_bytes = 0;
     np_map_free(&t->stack_texts, free);
 }
 

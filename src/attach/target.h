@@ -31,6 +31,7 @@ struct np_target {
     size_t nlibs, libs_cap;
     struct np_map seen_files;  /* "dev:inode" of every executable file looked at */
     struct np_map stack_texts; /* ingest's cache: hash of a PC sequence -> its folded text */
+    uint64_t stack_text_bytes; /* ... and the bytes it holds */
     struct np_symbolizer *sym;
     struct np_unwinder *unwinder;
     struct np_kernel_names *kernels;

@@ -2,19 +2,25 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/ctl.h"
 #include "cli/merge.h"
 #include "cli/record.h"
 #include "cli/report.h"
+#include "daemon/daemon.h"
 
 #define NCCLPROBE_VERSION "0.1.0"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: ncclprobe record [options] (--pid PID[,PID...] | -- CMD [ARGS...])\n"
-               "       ncclprobe --pid PID [options]\n"
-               "       ncclprobe merge --cpu EXT_FOLDED --gpu TRACE_JSON -o OUT [options]\n"
-               "       ncclprobe report [DIR] [options]\n"
-               "       ncclprobe --version\n"
-               "Run 'ncclprobe record --help' (merge, report) for the options.\n");
+    fprintf(
+        f,
+        "usage: ncclprobe record [options] (--pid PID[,PID...] | -- CMD [ARGS...])\n"
+        "       ncclprobe --pid PID [options]\n"
+        "       ncclprobe merge --cpu EXT_FOLDED --gpu TRACE_JSON -o OUT [options]\n"
+        "       ncclprobe report [DIR] [options]\n"
+        "       ncclprobe daemon [--config FILE] [--output-dir DIR] [-v]\n"
+        "       ncclprobe ctl [--socket PATH] [--json] start [--duration S]|stop|status|snapshot\n"
+        "       ncclprobe --version\n"
+        "Run 'ncclprobe record --help' (merge, report) for the options.\n");
 }
 
 int main(int argc, char **argv) {
@@ -28,6 +34,10 @@ int main(int argc, char **argv) {
         return np_cmd_merge(argc - 1, argv + 1);
     if (strcmp(argv[1], "report") == 0)
         return np_cmd_report(argc - 1, argv + 1);
+    if (strcmp(argv[1], "daemon") == 0)
+        return np_cmd_daemon(argc - 1, argv + 1);
+    if (strcmp(argv[1], "ctl") == 0)
+        return np_cmd_ctl(argc - 1, argv + 1);
     if (strcmp(argv[1], "--version") == 0) {
         printf("ncclprobe %s\n", NCCLPROBE_VERSION);
         return 0;

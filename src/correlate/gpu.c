@@ -58,6 +58,13 @@ const struct np_gpu_counters *np_gpu_join_counters(const struct np_gpu_join *j) 
     return &j->counters;
 }
 
+size_t np_gpu_join_waiting_for(const struct np_gpu_join *j, const void *owner) {
+    size_t n = 0;
+    for (const struct np_gpu_launch *l = j->oldest; l; l = l->next)
+        n += l->owner == owner;
+    return n;
+}
+
 size_t np_gpu_join_waiting(const struct np_gpu_join *j) {
     return j->waiting;
 }
@@ -127,11 +134,11 @@ static void retire(struct np_gpu_join *j, struct np_gpu_launch *l, enum np_gpu_s
 
 int np_gpu_join_launch(struct np_gpu_join *j, uint32_t pid, uint32_t tid, uint64_t stack_id,
                        const char *json, const char *cpu_kernel, bool runtime_api, uint64_t tag,
-                       uint64_t now) {
+                       void *owner, uint64_t now) {
     struct np_gpu_launch *l = calloc(1, sizeof(*l));
     if (!l)
         return -ENOMEM;
-    l->pid = pid, l->tid = tid, l->stack_id = stack_id, l->tag = tag;
+    l->pid = pid, l->tid = tid, l->stack_id = stack_id, l->tag = tag, l->owner = owner;
     l->accepts_runtime = runtime_api;
     l->added_ns = now;
     l->json = strdup(json);

@@ -35,6 +35,7 @@ struct np_gpu_launch {
     char *json;        /* the launch's launches.jsonl object, without its closing brace */
     char *cpu_kernel;  /* the kernel name the CPU side knows */
     uint64_t tag;      /* the caller's, handed back (ingest: an NCCL launch's communicator) */
+    void *owner;       /* the caller's: the writer the launch belongs to (NULL: the only one) */
     uint32_t ids[NP_GPU_MAX_IDS];
     uint32_t nids;
     uint8_t domains_seen; /* CUPTI callback domains that named an id (bit = domain) */
@@ -71,10 +72,13 @@ struct np_gpu_join *np_gpu_join_new(const struct np_gpu_ops *ops, uint64_t linge
 void np_gpu_join_free(struct np_gpu_join *j);
 
 /* A launch of a process whose library will send records: held until they
- * come. Takes copies of json and cpu_kernel. -ENOMEM: retired at once. */
+ * come. Takes copies of json and cpu_kernel; tag and owner are handed back
+ * at retirement. -ENOMEM: retired at once. */
 int np_gpu_join_launch(struct np_gpu_join *j, uint32_t pid, uint32_t tid, uint64_t stack_id,
                        const char *json, const char *cpu_kernel, bool runtime_api, uint64_t tag,
-                       uint64_t now);
+                       void *owner, uint64_t now);
+/* Launches still waiting that belong to owner. */
+size_t np_gpu_join_waiting_for(const struct np_gpu_join *j, const void *owner);
 /* A CUPTI callback (domain 1 driver, 2 runtime) on thread tid named id. It
  * belongs to the thread's open launch when that launch can contain it: one
  * id per domain (a runtime call and the driver call it makes), runtime ids

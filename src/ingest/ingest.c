@@ -147,13 +147,13 @@ static void load_python_code(struct np_target *t, const struct np_launch_event *
 
 /* A launch of a process whose CUPTI library sends GPU records waits in the
  * join for them; any other is written now. */
-static void write_launch(struct np_ingest *in, struct np_target *t, const struct np_launch *l,
-                         const char *kernel) {
+static void write_launch(struct np_ingest *in, struct np_target *t, struct np_output *out,
+                         const struct np_launch *l, const char *kernel) {
     const struct np_stack_texts *stack = &in->stack;
     bool hold = in->gpu && t->gpu_marker && !t->gpu_off && !l->nested;
     uint64_t sid =
-        np_output_launch(in->out, l, np_str_cstr(&stack->folded), np_str_cstr(&stack->detailed),
-                         kernel, hold ? &in->held_json : NULL);
+        np_output_launch(out, l, np_str_cstr(&stack->folded), np_str_cstr(&stack->detailed), kernel,
+                         hold ? &in->held_json : NULL);
     if (!hold)
         return;
     /* The join's clock is CLOCK_MONOTONIC, the clock of the event's own time. */
@@ -164,12 +164,12 @@ static void write_launch(struct np_ingest *in, struct np_target *t, const struct
     /* an NCCL launch's GPU time goes to its communicator's totals */
     uint64_t tag = l->nccl_plan ? l->nccl_plan->comm : 0;
     int err = np_gpu_join_launch(in->gpu, e->hdr.pid, e->hdr.tid, sid, np_str_cstr(&in->held_json),
-                                 kernel, runtime_api, tag, e->hdr.ts_ns);
+                                 kernel, runtime_api, tag, out, e->hdr.ts_ns);
     if (err) { /* cannot wait: written now, as never matched */
         struct np_gpu_launch now = {.stack_id = sid,
                                     .json = (char *)np_str_cstr(&in->held_json),
                                     .cpu_kernel = (char *)kernel};
-        np_output_gpu_launch(in->out, &now, NP_GPU_PENDING);
+        np_output_gpu_launch(out, &now, NP_GPU_PENDING);
     }
 }
 
@@ -331,8 +331,15 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
     /* Looked up only now: attaching (above) can grow the site array. */
     const struct np_probe_site *site = np_attacher_site(in->attacher, e->probe_id);
     const struct np_probe_site *called = np_attacher_site(in->attacher, e->called_as);
-    if (!site || !called || !t) {
-        in->stats.unknown_source++;
+    if (!site || !called || !t || site->pid != t->pid || called->pid != t->pid) {
+        in->stats.unknown_source++; /* also: a probe id reused since the record was sent */
+        return;
+    }
+    struct np_output *out = in->output_for ? in->output_for(in->ctx, t) : in->out;
+    if (!out) {
+        in->stats.not_recorded++;
+        if (called->def->layout == NP_LAYOUT_NCCL_LAUNCH)
+            free(take_nccl_plan(in, e));
         return;
     }
     /* Without a symbolizer (the process exited before we could read its
@@ -362,7 +369,7 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
     } else if (l.is_nccl_op) {
         t->nccl_ops++;
         add_nccl_op(in, called, &l);
-        np_output_nccl_op(in->out, &l, np_str_cstr(&stack->folded), np_str_cstr(&stack->detailed));
+        np_output_nccl_op(out, &l, np_str_cstr(&stack->folded), np_str_cstr(&stack->detailed));
     } else {
         char buf[600], stub_buf[600];
         const char *kernel = kernel_name(t, &l, buf, sizeof(buf));
@@ -378,7 +385,7 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
             t->nested++;
         else
             t->launches++;
-        write_launch(in, t, &l, kernel);
+        write_launch(in, t, out, &l, kernel);
     }
     free(plan);
 }
@@ -390,7 +397,7 @@ static void handle_handle(struct np_ingest *in, const struct np_handle_event *h,
     }
     const struct np_probe_site *site = np_attacher_site(in->attacher, h->probe_id);
     struct np_target *t = in->find_target(in->ctx, (pid_t)h->hdr.pid);
-    if (!site || !t || !t->kernels) {
+    if (!site || !t || !t->kernels || site->pid != t->pid) {
         in->stats.unknown_source++;
         return;
     }

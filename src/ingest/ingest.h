@@ -35,6 +35,7 @@ struct np_ingest_stats {
     uint64_t nccl_plans_unclaimed; /* ... whose launch record never came (dropped) */
     uint64_t nccl_launches_without_plan; /* NCCL launches whose plan was not read */
     uint64_t nccl_internal_calls;        /* NCCL API calls made by libnccl itself: not written */
+    uint64_t not_recorded;               /* launches of a target with no output set open */
     uint64_t *per_probe; /* launches by the probe the caller called, index = probe id */
     size_t per_probe_len;
 };
@@ -69,6 +70,10 @@ struct np_ingest {
     struct np_output *out;
     struct np_target *(*find_target)(void *ctx, pid_t pid);
     void (*on_new_mapping)(void *ctx, struct np_target *t, uint64_t ts_ns);
+    /* Where a target's records go now (the daemon: its current output set;
+     * NULL: nowhere, the record is counted in not_recorded). Without this
+     * callback every record goes to `out`. */
+    struct np_output *(*output_for)(void *ctx, struct np_target *t);
     void *ctx;
     long budget;        /* records left before yielding; <= 0: no limit */
     bool fp_fallback;   /* --unwind auto: follow frame pointers where CFI is missing */

@@ -248,9 +248,15 @@ static void remember_stack(struct np_target *t, uint64_t hash, const uint8_t *ke
     c->folded = folded;
     c->detailed = detailed;
     memcpy(c->key, key, key_len);
-    free(np_map_get_u64(&t->stack_texts, hash)); /* a hash collision: the newer wins */
+    struct cached_stack *old = np_map_get_u64(&t->stack_texts, hash);
+    if (old) /* a hash collision: the newer wins */
+        t->stack_text_bytes -=
+            sizeof(*old) + old->key_len + strlen(old->folded) + strlen(old->detailed) + 2;
+    free(old);
     if (np_map_put_u64(&t->stack_texts, hash, c) < 0)
         free(c);
+    else
+        t->stack_text_bytes += sizeof(*c) + key_len + flen + dlen;
 }
 
 static void write_stack_cached(struct np_ingest *ing, struct np_target *t,

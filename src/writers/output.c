@@ -15,6 +15,7 @@
 struct np_output {
     char *dir;
     FILE *ext_folded, *launches_jsonl, *nccl_jsonl, *stacks_jsonl;
+    bool aggregate_only; /* NP_OUTPUT_AGGREGATE: the stream files above stay NULL */
     FILE *gpu_unmatched; /* opened with the first GPU record no launch claimed */
     bool gpu_unmatched_failed;
     struct np_map folded_counts; /* "stack_id;kernel" -> (uintptr_t) count */
@@ -56,6 +57,10 @@ static FILE *open_in(const char *dir, const char *name, int *err) {
 }
 
 int np_output_open(const char *dir, struct np_output **out) {
+    return np_output_open_flags(dir, 0, out);
+}
+
+int np_output_open_flags(const char *dir, unsigned flags, struct np_output **out) {
     int err = mkdir_p(dir);
     if (err)
         return err;
@@ -71,10 +76,13 @@ int np_output_open(const char *dir, struct np_output **out) {
     np_str_init(&o->line);
     np_str_init(&o->ext);
     o->next_stack_id = 1;
-    o->ext_folded = open_in(dir, "stacks.ext.folded", &err);
-    o->launches_jsonl = open_in(dir, "launches.jsonl", &err);
-    o->nccl_jsonl = open_in(dir, "nccl.jsonl", &err);
-    o->stacks_jsonl = open_in(dir, "stacks.jsonl", &err);
+    o->aggregate_only = flags & NP_OUTPUT_AGGREGATE;
+    if (!o->aggregate_only) {
+        o->ext_folded = open_in(dir, "stacks.ext.folded", &err);
+        o->launches_jsonl = open_in(dir, "launches.jsonl", &err);
+        o->nccl_jsonl = open_in(dir, "nccl.jsonl", &err);
+        o->stacks_jsonl = open_in(dir, "stacks.jsonl", &err);
+    }
     if (!err && !o->dir)
         err = -ENOMEM;
     if (err) {
@@ -98,6 +106,8 @@ static void note_error(struct np_output *o, int err) {
 }
 
 static void write_line(struct np_output *o, FILE *f, const struct np_str *line) {
+    if (!f) /* a stream this output does not write (aggregate only) */
+        return;
     if (line->failed) {
         note_error(o, -ENOMEM);
         return;
@@ -377,7 +387,7 @@ void np_output_gpu_launch(struct np_output *o, const struct np_gpu_launch *gl,
 }
 
 void np_output_gpu_unmatched(struct np_output *o, const struct np_gpu_record *r) {
-    if (!o->gpu_unmatched && !o->gpu_unmatched_failed) {
+    if (!o->gpu_unmatched && !o->gpu_unmatched_failed && !o->aggregate_only) {
         int err = 0;
         o->gpu_unmatched = open_in(o->dir, "gpu_unmatched.jsonl", &err);
         if (!o->gpu_unmatched) {

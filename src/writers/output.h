@@ -28,6 +28,11 @@ struct np_output_totals {
 
 /* Creates dir (and missing parents) and opens the files; -errno. */
 int np_output_open(const char *dir, struct np_output **out);
+/* The same with flags: NP_OUTPUT_AGGREGATE writes only the aggregated files
+ * (launches.folded, merged*.folded) at close, no per-launch streams - the
+ * daemon's always-on mode, whose memory and disk do not grow per launch. */
+#define NP_OUTPUT_AGGREGATE 1u
+int np_output_open_flags(const char *dir, unsigned flags, struct np_output **out);
 /* stack: the root-first native frames joined by ';' (may be ""), for the
  * folded outputs; detailed: the same with inlined frames, for stacks.jsonl
  * (stack_id refers to it). */

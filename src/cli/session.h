@@ -1,0 +1,84 @@
+/* session.h - a tracing session: the BPF object and its ring buffer, the
+ * probe registry, the traced processes, the ingest pipeline and the GPU
+ * side (the CUPTI library's socket and the launch <-> GPU record join).
+ * `ncclprobe record` runs one session over a fixed set of processes and
+ * one output directory; `ncclprobe daemon` runs one for the whole machine,
+ * adding and dropping processes and routing each one's records to its
+ * current output set (ingest.output_for and the GPU join's owner). */
+#ifndef NP_SESSION_H
+#define NP_SESSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "attach/attach.h"
+#include "cli/child.h"
+#include "cli/options.h"
+#include "ingest/ingest.h"
+#include "ncclprobe/events.h"
+
+struct bpf_map;
+struct np_target;
+struct np_gpu_server;
+struct np_gpu_join;
+struct np_output;
+
+struct np_session {
+    struct options opt;
+    struct ncclprobe_bpf *skel;
+    struct ring_buffer *rb;
+    struct np_attacher attacher;
+    struct np_target **targets;
+    size_t ntargets;
+    struct np_output *out; /* record: the one output; the daemon: NULL (ingest.output_for) */
+    struct np_ingest ingest;
+    struct np_child child; /* record -- CMD */
+    bool have_child;
+    int epfd, sigfd;
+    uint64_t start_ns, start_realtime_ns;
+    const char *stop_reason;
+    bool backlog;                     /* the last slice stopped with records still queued */
+    struct np_gpu_server *gpu_server; /* the CUPTI library's socket; NULL: none */
+    struct np_gpu_join *gpu_join;
+    pid_t *gpu_closed; /* processes whose library disconnected, not yet finished */
+    size_t ngpu_closed;
+    /* the daemon: a held launch of `owner` (an output) was written */
+    void (*on_gpu_retired)(struct np_session *s, void *owner);
+};
+
+/* epoll tags of the session's fds; a target's pidfd is NP_TAG_TARGET + pid. */
+enum { NP_TAG_RING = 0, NP_TAG_SIGNAL = 1, NP_TAG_GPU = 2, NP_TAG_EXTRA = 3, NP_TAG_TARGET = 64 };
+
+void np_session_set_verbose(bool verbose);
+int np_session_watch(int epfd, int fd, uint64_t tag);
+
+/* ---- targets ---- */
+struct np_target *np_session_find_target(void *ctx, pid_t pid);
+int np_session_add_target(struct np_session *s, pid_t pid, struct np_target **out);
+/* The process exited: its pidfd is no longer watched, BPF forgets it. */
+void np_session_target_exited(struct np_session *s, struct np_target *t);
+/* Frees an exited target and removes it from the list (the daemon). */
+void np_session_remove_target(struct np_session *s, struct np_target *t);
+bool np_session_all_targets_gone(const struct np_session *s);
+int np_session_ensure_symbolizer(struct np_target *t);
+void np_session_detect_python(struct np_session *s, struct np_target *t);
+/* ingest's callback: a target mapped new code. */
+void np_session_on_new_mapping(void *ctx, struct np_target *t, uint64_t ts_ns);
+
+/* ---- BPF, GPU ---- */
+int np_session_setup_bpf(struct np_session *s);
+int np_session_setup_gpu(struct np_session *s);
+/* Once per loop: GPU clients that closed (when the ring is read: !backlog),
+ * launches whose records stopped coming, clients that never said hello. */
+void np_session_gpu_tick(struct np_session *s, bool ring_read);
+uint64_t np_session_counter(struct np_session *s, __u32 which);
+/* Sums a per-CPU per-probe counter map (probe_hits, probe_drops, probe_limited). */
+uint64_t np_session_probe_counter(struct np_session *s, struct bpf_map *map, uint32_t id);
+uint64_t np_session_records_received(const struct np_session *s);
+void np_session_stop_and_drain(struct np_session *s);
+void np_session_finish_gpu(struct np_session *s);
+/* Releases everything but opt and the child (the caller's). */
+void np_session_free(struct np_session *s);
+
+#endif

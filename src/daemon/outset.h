@@ -1,0 +1,63 @@
+/* outset.h - the daemon's output sets: one directory per process per
+ * window, <host>-<pid>-<comm>-<window start>, holding what `record` writes
+ * for one process plus window.json (who, which window, what was captured).
+ * Also the retention of output_dir: size and age caps, oldest first. */
+#ifndef NP_DAEMON_OUTSET_H
+#define NP_DAEMON_OUTSET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "daemon/proc.h"
+
+struct np_output;
+
+enum np_outset_kind {
+    NP_OUTSET_AGGREGATE, /* always-on: aggregated files only */
+    NP_OUTSET_WINDOW,    /* a capture window: every file */
+};
+
+struct np_outset {
+    struct np_output *out;
+    char *dir;
+    enum np_outset_kind kind;
+    struct np_proc_labels labels; /* copied at open: the process may be gone at close */
+    uint64_t window_id;           /* 0: the always-on aggregation */
+    char reason[32];              /* what opened the window: ctl, flag_file, ... */
+    uint64_t start_realtime_ns, end_realtime_ns;
+    uint64_t start_mono_ns;
+    uint64_t drops_at_open, limited_at_open; /* the process's counters when it opened */
+    uint64_t drops, rate_limited;            /* ... their growth while it was open */
+    bool closing;                            /* no new records; waits for held GPU launches */
+    uint64_t closing_since_ns;
+    struct np_outset *next; /* the daemon's list of open and closing sets */
+};
+
+/* A safe file-name part: [A-Za-z0-9._-] kept, other bytes '_', no leading
+ * '.', at most max bytes (max < size); "_" when empty. */
+void np_outset_safe_name(char *out, size_t size, size_t max, const char *in);
+
+/* Creates the set's directory under root and opens its writers. */
+int np_outset_open(const char *root, const char *host, enum np_outset_kind kind,
+                   const struct np_proc_labels *labels, uint64_t window_id, const char *reason,
+                   uint64_t start_realtime_ns, struct np_outset **out);
+/* Closes the writers (aggregated files), writes window.json, frees the set.
+ * Returns the first write error; *launches gets what the set holds. */
+int np_outset_finish(struct np_outset *s, uint64_t *launches);
+
+/* The marker every set directory holds from its creation: retention only
+ * ever deletes directories that have it. */
+#define NP_OUTSET_MARKER ".ncclprobe-set"
+
+struct np_retention {
+    uint64_t bytes, sets;  /* what output_dir holds (sets only) */
+    uint64_t deleted_sets; /* by this call */
+};
+
+/* Deletes the oldest finished sets of root (never one in `open_dirs`,
+ * NULL-terminated) until the rest fit max_bytes, and every set older than
+ * max_age_ns (0: no age cap). */
+int np_outset_retain(const char *root, uint64_t max_bytes, uint64_t max_age_ns,
+                     const char *const *open_dirs, struct np_retention *out);
+
+#endif
