@@ -89,13 +89,17 @@ void np_attacher_detach_all(struct np_attacher *a) {
 }
 
 /* ---- releasing one process's probes (the daemon) --------------------------
- * A queue of links to close and one thread that closes them: a process
- * exiting must not stall the reader for the grace periods of its uprobes. */
+ * A queue of links to close and a few threads that close them: a process
+ * exiting must not stall the reader for the grace periods of its uprobes
+ * (~40 ms each), and several closes wait out their grace periods together. */
+
+#define CLOSER_THREADS 8
 
 struct np_closer {
     pthread_mutex_t lock;
     pthread_cond_t wake;
-    pthread_t thread;
+    pthread_t threads[CLOSER_THREADS];
+    int nthreads;
     bool stopping;
     int *fds;                /* uprobe_multi links */
     struct bpf_link **links; /* perf-event links */
@@ -131,7 +135,10 @@ static struct np_closer *closer_new(void) {
         return NULL;
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->wake, NULL);
-    if (pthread_create(&c->thread, NULL, closer_main, c) != 0) {
+    while (c->nthreads < CLOSER_THREADS &&
+           pthread_create(&c->threads[c->nthreads], NULL, closer_main, c) == 0)
+        c->nthreads++;
+    if (c->nthreads == 0) {
         pthread_mutex_destroy(&c->lock);
         pthread_cond_destroy(&c->wake);
         free(c);
@@ -146,9 +153,10 @@ static void closer_free(struct np_closer *c) {
         return;
     pthread_mutex_lock(&c->lock);
     c->stopping = true;
-    pthread_cond_signal(&c->wake);
+    pthread_cond_broadcast(&c->wake);
     pthread_mutex_unlock(&c->lock);
-    pthread_join(c->thread, NULL);
+    for (int i = 0; i < c->nthreads; i++)
+        pthread_join(c->threads[i], NULL);
     pthread_mutex_destroy(&c->lock);
     pthread_cond_destroy(&c->wake);
     free(c->fds);

@@ -4,8 +4,8 @@
 #include "daemon/caps.h"
 
 #include <errno.h>
-#include <stdbool.h>
 #include <linux/capability.h>
+#include <stdbool.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>

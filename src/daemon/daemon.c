@@ -22,11 +22,13 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -97,6 +99,7 @@ struct daemon {
     int calm_seconds; /* seconds the unlimited load would have fit the budget */
     /* what status reports */
     uint64_t start_mono, attached, detached, skipped_by_filter, cache_resets, sets_written;
+    uint64_t missed; /* processes gone before they could be attached */
     double delays_ms[NDELAYS];
     size_t ndelays;
     double delay_max_ms;
@@ -299,6 +302,8 @@ static void reap_exited(struct daemon *d, bool ring_read) {
             np_session_remove_target(&d->s, t);
         free(p);
     }
+    if (n) /* a process's symbols are megabytes: give them back, not just to malloc */
+        malloc_trim(0);
 }
 
 /* Starts tracing a process the filters selected. */
@@ -316,6 +321,10 @@ static int trace(struct daemon *d, const struct np_proc_labels *labels, uint64_t
         if (t) {
             np_attacher_release_pid(&d->s.attacher, labels->pid);
             np_session_remove_target(&d->s, t);
+        }
+        if (n == -ESRCH) {
+            d->missed++;
+            np_debug("pid %d (%s): gone before it could be attached", labels->pid, labels->comm);
         }
         if (n < 0 && n != -ESRCH)
             np_warn("pid %d (%s): cannot attach: %s", labels->pid, labels->comm, strerror(-n));
@@ -374,8 +383,10 @@ static void consider(struct daemon *d, pid_t pid, uint64_t seen_ns, enum event w
     if (why == EV_EXEC && !exe_has_probes(d, pid))
         return;
     struct np_proc_labels labels;
-    if (np_proc_read_labels(pid, &labels) < 0)
+    if (np_proc_read_labels(pid, &labels) < 0) {
+        d->missed += why != EV_SCAN; /* it loaded a CUDA library and is already gone */
         return;
+    }
     if (!selected(d, &labels)) {
         d->skipped_by_filter++;
         np_debug("pid %d (%s): not selected by the filters", pid, labels.comm);
@@ -619,6 +630,7 @@ static void status_json(struct daemon *d, cJSON *r) {
     cJSON_AddNumberToObject(disc, "attached", (double)d->attached);
     cJSON_AddNumberToObject(disc, "detached", (double)d->detached);
     cJSON_AddNumberToObject(disc, "skipped_by_filter", (double)d->skipped_by_filter);
+    cJSON_AddNumberToObject(disc, "missed_exited", (double)d->missed);
     cJSON_AddNumberToObject(disc, "lost_notifications", (double)np_discover_lost(d->disc));
 }
 
@@ -946,6 +958,12 @@ static int setup(struct daemon *d) {
     if (gethostname(d->host, sizeof(d->host) - 1) < 0)
         snprintf(d->host, sizeof(d->host), "localhost");
     umask(077); /* sets, their files and the control socket: root's only */
+    /* every traced process holds a few link fds until they are closed */
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = nofile.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &nofile);
+    }
     int err = np_preflight();
     if (err)
         return err;

@@ -264,7 +264,8 @@ int np_outset_retain(const char *root, uint64_t max_bytes, uint64_t max_age_ns,
         }
         sets[n++] = s;
     }
-    qsort(sets, n, sizeof(*sets), by_age);
+    if (n)
+        qsort(sets, n, sizeof(*sets), by_age);
     int64_t now = (int64_t)np_realtime_ns();
     for (size_t i = 0; !err && i < n; i++) {
         bool too_old = max_age_ns && now - sets[i].mtime_ns > (int64_t)max_age_ns;

@@ -1,0 +1,890 @@
+"""ncclprobe daemon, end to end: real BPF (process discovery and launch
+uprobes), the toolkit's real libcudart.so.13, real processes, the real
+control socket.
+
+One daemon serves the module (tests that only add processes of their own and
+look at those); tests that change the daemon's state in ways others would see
+(reloads, SIGTERM, kill -9, retention, filters, 200 processes) start their own,
+with an include_comm filter so that only their processes are traced. Other
+CUDA processes on the machine may be traced by the shared daemon too: every
+check looks at our own pids only.
+
+Expected values come from the workloads (the counts they print) and from the
+specification - never from ncclprobe itself."""
+
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import NCCLPROBE, PROGS, PROGS_ENV, needs_bpf, needs_real_cudart, thread_lines
+
+pytestmark = [needs_bpf, needs_real_cudart]
+
+LAUNCHER = PROGS / "launcher"
+LATE_LOADER = PROGS / "late_loader"
+CUDART = Path(PROGS_ENV.get("CUDART_PATH", "/usr/local/cuda/lib64/libcudart.so.13"))
+# libraries the launcher maps next to itself (RUNPATH $ORIGIN)
+LAUNCHER_LIBS = ["liblaunch_a.so", "liblaunch_b.so", "libkern.so", "libcuda.so.1"]
+RT_CHAIN = ["run_worker", "liba_submit", "libb_launch", "cudaLaunchKernel"]
+LATE_CHAIN = ["main", "late_launch", "cudaLaunchKernel"]
+# CAP_BPF (39), CAP_PERFMON (38), CAP_SYS_PTRACE (19), CAP_DAC_READ_SEARCH (2)
+KEPT_CAPS = (1 << 39) | (1 << 38) | (1 << 19) | (1 << 2)
+SAN_MARKERS = ("Sanitizer", "runtime error")
+SET_NAME = re.compile(r"^(?P<host>.+)-(?P<pid>\d+)-(?P<comm>.+)-(?P<when>\d{8}T\d{6}Z)(-\d+)?$")
+
+
+# ---- helpers -------------------------------------------------------------------------------
+
+def wait_for(cond, timeout, what="condition", interval=0.05):
+    """Polls cond() until it returns something true (returned) or timeout s pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def safe_name(text):
+    """The set-name sanitising of the spec: bytes outside [A-Za-z0-9._-] -> '_', a leading
+    '.' -> '_', at most 64 bytes."""
+    out = []
+    for i, b in enumerate(text.encode(errors="surrogateescape")[:64]):
+        c = chr(b)
+        ok = (c.isascii() and c.isalnum()) or c in "._-"
+        out.append(c if ok and not (i == 0 and c == ".") else "_")
+    return "".join(out) or "_"
+
+
+HOST = safe_name(socket.gethostname())
+
+
+def asan_build():
+    try:
+        return b"__asan_init" in NCCLPROBE.read_bytes()
+    except OSError:
+        return False
+
+
+def proc_status_field(pid, field):
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return line.split(":", 1)[1].strip()
+    raise KeyError(field)
+
+
+def fd_count(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def rss_kib(pid):
+    return int(proc_status_field(pid, "VmRSS").split()[0])
+
+
+def comm_link(directory, name):
+    """A symlink to the launcher named `name`: the process's comm is that name."""
+    directory.mkdir(parents=True, exist_ok=True)
+    link = directory / name
+    if not link.is_symlink():
+        link.symlink_to(LAUNCHER)
+    return link
+
+
+class Prog:
+    """A workload process. With wait=True it was started with --wait-signal (the launcher
+    prints 'ready PID' and waits for SIGUSR1 before its first launch)."""
+
+    def __init__(self, argv, wait=False, env=None):
+        self.argv = [str(a) for a in argv]
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env={**os.environ, **(env or {})})
+        self.pid = self.proc.pid
+        self.started = time.monotonic()
+        self.out = self.err = None
+        if wait:
+            line = self.proc.stdout.readline()
+            assert line.startswith("ready "), f"{self.argv}: did not start: {line!r}"
+
+    def go(self):
+        os.kill(self.pid, signal.SIGUSR1)
+
+    def finish(self, sig=None, timeout=60):
+        """Sends sig (if any), waits for the end: returns the launches it printed."""
+        if sig and self.proc.poll() is None:
+            os.kill(self.pid, sig)
+        self.out, self.err = self.proc.communicate(timeout=timeout)
+        assert self.proc.returncode == 0, (self.argv, self.proc.returncode, self.err)
+        return sum(thread_lines(self.out).values())
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+
+@pytest.fixture
+def progs():
+    """Workloads a test started; killed if it left them running."""
+    started = []
+    yield started
+    for p in started:
+        p.kill()
+
+
+def launcher(progs, *args, exe=LAUNCHER, wait=True, env=None):
+    p = Prog([exe, "--variant", "rt", *args, *(["--wait-signal"] if wait else [])], wait=wait,
+             env=env)
+    progs.append(p)
+    return p
+
+
+class Daemon:
+    """`ncclprobe daemon --config FILE -v` with everything under root."""
+
+    def __init__(self, root, env=None, nofile=None, **conf):
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.out = self.root / "out"
+        self.sock = self.root / "ctl.sock"
+        self.flag = self.root / "flag"
+        self.conf_path = self.root / "ncclprobe.conf"
+        self.base = {"output_dir": self.out, "ctl_socket": self.sock,
+                     "cupti_socket": self.root / "cupti.sock", "flag_file": self.flag}
+        self.write_config(**conf)
+        self.err_path = self.root / "daemon.err"
+        with open(self.err_path, "w") as err:
+            self.proc = subprocess.Popen(
+                [str(NCCLPROBE), "daemon", "--config", str(self.conf_path), "-v"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                env={**os.environ, **(env or {})},
+                preexec_fn=(lambda: resource.setrlimit(
+                    resource.RLIMIT_NOFILE,
+                    (nofile, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))) if nofile else None)
+        self.pid = self.proc.pid
+        try:
+            wait_for(lambda: self.proc.poll() is not None or self.try_status(), 60,
+                     "the daemon's control socket")
+        except AssertionError:
+            self.kill()
+            raise
+        assert self.proc.poll() is None, f"daemon exited {self.proc.returncode}: {self.stderr()}"
+
+    def write_config(self, extra_lines=(), **conf):
+        settings = {**self.base, **conf}
+        lines = ["# written by tests/test_daemon.py"]
+        lines += [f"{k} = {v}" for k, v in settings.items() if v is not None]
+        lines += list(extra_lines)
+        self.conf_path.write_text("\n".join(lines) + "\n")
+        return lines
+
+    def stderr(self):
+        return self.err_path.read_text(errors="replace")
+
+    def ctl(self, *args, json_out=True, timeout=15):
+        argv = [str(NCCLPROBE), "ctl", "--socket", str(self.sock)]
+        argv += ["--json"] if json_out else []
+        return subprocess.run(argv + [str(a) for a in args], capture_output=True, text=True,
+                              timeout=timeout)
+
+    def try_status(self):
+        proc = self.ctl("status")
+        if proc.returncode != 0:
+            return None
+        return json.loads(proc.stdout)
+
+    def status(self):
+        proc = self.ctl("status")
+        assert proc.returncode == 0, (proc.stdout, proc.stderr, self.stderr()[-3000:])
+        reply = json.loads(proc.stdout)
+        assert reply["ok"] is True
+        return reply
+
+    def target(self, pid, status=None):
+        for t in (status or self.status())["targets"]:
+            if t["pid"] == pid:
+                return t
+        return None
+
+    def wait_traced(self, pid, timeout=20):
+        return wait_for(lambda: (t := self.target(pid)) and t["probes"] > 0 and not t["exited"]
+                        and t, timeout, f"pid {pid} traced")
+
+    def sets(self, pid):
+        """{dir name: window.json or None (not written yet)} for pid's output sets."""
+        found = {}
+        if not self.out.exists():
+            return found
+        for d in self.out.iterdir():
+            m = SET_NAME.match(d.name)
+            if not m or int(m["pid"]) != pid:
+                continue
+            try:
+                found[d.name] = json.loads((d / "window.json").read_text())
+            except (OSError, ValueError):
+                found[d.name] = None
+        return found
+
+    def written_sets(self, pid, timeout=20):
+        """pid's sets once it is no longer traced and every one of them is written."""
+        def done():
+            if self.target(pid) is not None:
+                return None
+            sets = self.sets(pid)
+            return sets if sets and all(v is not None for v in sets.values()) else None
+        return wait_for(done, timeout, f"the output sets of pid {pid}")
+
+    def signal(self, sig):
+        os.kill(self.pid, sig)
+
+    def terminate(self, timeout=30):
+        """SIGTERM; returns (exit status, seconds it took)."""
+        t0 = time.monotonic()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout=timeout)
+        return rc, time.monotonic() - t0
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def assert_clean(self):
+        text = self.stderr()
+        for marker in SAN_MARKERS:
+            assert marker not in text, text[-5000:]
+
+
+def folded(set_dir):
+    """launches.folded of a set as {tuple(frames): count}."""
+    out = {}
+    path = Path(set_dir) / "launches.folded"
+    for line in path.read_text().splitlines():
+        stack, count = line.rsplit(" ", 1)
+        key = tuple(stack.split(";"))
+        out[key] = out.get(key, 0) + int(count)
+    return out
+
+
+def has_chain(frames, chain):
+    """chain appears as consecutive frames."""
+    n = len(chain)
+    return any(list(frames[i:i + n]) == chain for i in range(len(frames) - n + 1))
+
+
+def total_launches(sets):
+    return sum(w["totals"]["launches"] for w in sets.values())
+
+
+def check_set_names(sets, pid, comm):
+    for name in sets:
+        m = SET_NAME.match(name)
+        assert m and m["host"] == HOST and int(m["pid"]) == pid and m["comm"] == safe_name(comm), \
+            (name, HOST, pid, comm)
+        assert re.fullmatch(r"[A-Za-z0-9._-]+", name), name
+
+
+def check_launches_with_chain(daemon, sets, chain, want):
+    """Every launch of the sets has the call chain; their count is want."""
+    got = 0
+    for name in sets:
+        for frames, n in folded(daemon.out / name).items():
+            assert has_chain(frames, chain), (name, frames)
+            got += n
+    assert got == want, (got, want, sets)
+    assert total_launches(sets) == want, sets
+
+
+def window_sets(sets, window_id):
+    return {n: w for n, w in sets.items()
+            if w["window"]["kind"] == "window" and w["window"]["id"] == window_id}
+
+
+# ---- the module's daemon -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def early():
+    """A CUDA process running before the daemon starts."""
+    p = Prog([LAUNCHER, "--variant", "rt", "--loop-until-signal", "--sleep-us", "5000"])
+    wait_for(lambda: CUDART.name in Path(f"/proc/{p.pid}/maps").read_text(), 10,
+             "libcudart mapped")
+    yield p
+    p.kill()
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory, early):
+    d = Daemon(tmp_path_factory.mktemp("dmn"))
+    yield d
+    rc, took = d.terminate()
+    assert rc == 0, d.stderr()[-5000:]
+    d.assert_clean()
+
+
+def test_pickup_process_running_before_start(daemon, early):
+    t = daemon.wait_traced(early.pid)
+    assert t["ns_pid"] == early.pid and t["comm"] == "launcher"
+    assert t["exe"] == str(LAUNCHER)
+    wait_for(lambda: daemon.target(early.pid)["launches"] >= 20, 20, "launches counted")
+    total = early.finish(signal.SIGUSR2)
+    sets = daemon.written_sets(early.pid)
+    check_set_names(sets, early.pid, "launcher")
+    recorded = total_launches(sets)
+    # launches before the daemon attached are not seen; the rest all are
+    assert 20 <= recorded <= total
+    for name in sets:
+        for frames in folded(daemon.out / name):
+            assert has_chain(frames, RT_CHAIN), frames
+
+
+def discovery(daemon):
+    return daemon.status()["discovery"]
+
+
+def check_delays(before, after):
+    assert after["delays_measured"] > before["delays_measured"], (before, after)
+    assert 0 <= after["delay_ms_p50"] <= after["delay_ms_max"] < 500, after
+    print(f"discovery delay: p50 {after['delay_ms_p50']:.2f} ms, "
+          f"max {after['delay_ms_max']:.2f} ms, {after['delays_measured']} measured")
+
+
+def test_pickup_process_started_after_start(daemon, progs):
+    before = discovery(daemon)
+    p = launcher(progs, "--iters", "50")
+    t = daemon.wait_traced(p.pid)
+    assert t["ns_pid"] == p.pid and t["libraries"] >= 1
+    check_delays(before, discovery(daemon))
+    # its first launch a second after the library was loaded: none may be missed
+    time.sleep(max(0.0, 1.0 - (time.monotonic() - p.started)))
+    p.go()
+    assert p.finish() == 50
+    sets = daemon.written_sets(p.pid)
+    check_set_names(sets, p.pid, "launcher")
+    check_launches_with_chain(daemon, sets, RT_CHAIN, 50)
+
+
+def test_pickup_library_loaded_late(daemon, progs):
+    before = discovery(daemon)
+    p = Prog([LATE_LOADER, "--no-wait", "--settle-ms", "1000", "--iters", "40", CUDART])
+    progs.append(p)
+    t = daemon.wait_traced(p.pid)  # only once it dlopen()ed libcudart
+    assert t["comm"] == "late_loader"
+    check_delays(before, discovery(daemon))
+    assert p.finish() == 40
+    assert "loaded" in p.out
+    sets = daemon.written_sets(p.pid)
+    check_set_names(sets, p.pid, "late_loader")
+    check_launches_with_chain(daemon, sets, LATE_CHAIN, 40)
+
+
+def children(pid):
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out += [int(x) for x in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
+def test_pickup_process_in_own_mount_and_pid_namespace(daemon, progs, tmp_path):
+    """The library exists only in the process's mount namespace (a tmpfs mounted there)."""
+    private = Path(tempfile.mkdtemp(prefix="npd-ns-"))
+    try:
+        copies = " ".join(str(PROGS / n) for n in ["launcher", *LAUNCHER_LIBS]) + f" {CUDART}"
+        script = (f"mount -t tmpfs npdns {private} && cp {copies} {private}/ && "
+                  f"cd {private} && LD_LIBRARY_PATH={private} exec {private}/launcher "
+                  f"--variant rt --iters 30 --wait-signal")
+        p = Prog(["unshare", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
+                  "sh", "-c", script], wait=True)
+        progs.append(p)
+        kids = wait_for(lambda: children(p.pid), 5, "the namespace's first process")
+        pid = kids[0]
+        assert Path(f"/proc/{pid}/comm").read_text().strip() == "launcher"
+        # the host does not see the files the process runs from
+        assert not (private / "launcher").exists() and not (private / CUDART.name).exists()
+        maps = Path(f"/proc/{pid}/maps").read_text()
+        assert f"{private}/{CUDART.name}" in maps
+
+        t = daemon.wait_traced(pid)
+        assert t["ns_pid"] != pid and t["ns_pid"] in (1, 2), t
+        assert t["exe"] == f"{private}/launcher"
+        os.kill(pid, signal.SIGUSR1)
+        assert p.finish() == 30
+        sets = daemon.written_sets(pid)
+        check_set_names(sets, pid, "launcher")
+        check_launches_with_chain(daemon, sets, RT_CHAIN, 30)
+        for w in sets.values():
+            assert w["process"]["pid"] == pid and w["process"]["ns_pid"] == t["ns_pid"]
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def ctl_ok(daemon, *args):
+    proc = daemon.ctl(*args)
+    assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
+    reply = json.loads(proc.stdout)
+    assert reply["ok"] is True, reply
+    return reply
+
+
+def window_open(daemon):
+    return daemon.status()["window"]["open"]
+
+
+def test_windows_ctl_duration_and_flag_file(daemon, progs):
+    sleep_us = 2000
+    procs = [launcher(progs, "--loop-until-signal", "--sleep-us", sleep_us),
+             launcher(progs, "--loop-until-signal", "--sleep-us", sleep_us, "--threads", "2")]
+    for p in procs:
+        daemon.wait_traced(p.pid)
+    assert not window_open(daemon)
+    went = time.monotonic()
+    for p in procs:
+        p.go()
+    time.sleep(0.5)
+    windows = {}  # id -> (reason, expected duration or None)
+
+    # ctl start / ctl stop
+    reply = ctl_ok(daemon, "start")
+    assert reply["window"]["open"] is True and reply["window"]["reason"] == "ctl"
+    w1 = reply["window"]["id"]
+    time.sleep(1.5)
+    reply = ctl_ok(daemon, "stop")
+    assert reply["window"]["open"] is False
+    stopped_sets = set(Path(s).name for s in reply["sets"])
+    windows[w1] = ("ctl", None)
+
+    # ctl start --duration 2: closes by itself
+    reply = ctl_ok(daemon, "start", "--duration", "2")
+    w2 = reply["window"]["id"]
+    assert w2 != w1 and 1.5 <= reply["window"]["ends_in_s"] <= 2.0
+    wait_for(lambda: not window_open(daemon), 10, "the 2 s window to close")
+    windows[w2] = ("ctl", 2.0)
+
+    # the flag file: created opens a window, removed closes it
+    daemon.flag.touch()
+    st = wait_for(lambda: (s := daemon.status())["window"]["open"] and s, 5, "flag window")
+    assert st["window"]["reason"] == "flag_file"
+    w3 = st["window"]["id"]
+    time.sleep(1.0)
+    daemon.flag.unlink()
+    wait_for(lambda: not window_open(daemon), 5, "the flag window to close")
+    windows[w3] = ("flag_file", None)
+
+    # errors: stop without a window, start twice
+    proc = daemon.ctl("stop", json_out=False)
+    assert proc.returncode == 1 and "no window is open" in proc.stderr, proc
+    ctl_ok(daemon, "start")
+    proc = daemon.ctl("start", json_out=False)
+    assert proc.returncode == 1 and "already open" in proc.stderr, proc
+    ctl_ok(daemon, "stop")
+    assert not window_open(daemon)
+    assert len({w1, w2, w3}) == 3
+
+    totals = [p.finish(signal.SIGUSR2) for p in procs]
+    elapsed = time.monotonic() - went
+    for p, total in zip(procs, totals):
+        rate = total / elapsed  # the program's own launch rate
+        sets = daemon.written_sets(p.pid)
+        check_set_names(sets, p.pid, "launcher")
+        for wid, (reason, duration) in windows.items():
+            ws = window_sets(sets, wid)
+            assert len(ws) == 1, (p.pid, wid, sorted(sets))  # one set per process per window
+            (name, w), = ws.items()
+            assert w["window"]["reason"] == reason and w["process"]["pid"] == p.pid
+            # named after the window's start
+            assert SET_NAME.match(name)["when"] == re.sub(r"[-:]", "", w["window"]["start"])
+            seconds = (w["window"]["end_unix_ns"] - w["window"]["start_unix_ns"]) / 1e9
+            if duration:
+                assert duration - 0.1 <= seconds <= duration + 1.0, seconds
+            n = w["totals"]["launches"]
+            assert 0.4 * rate * seconds <= n <= 1.6 * rate * seconds + 20, (n, rate, seconds)
+            if wid == w1:
+                assert name in stopped_sets, (name, stopped_sets)
+        # aggregate and window sets together: every launch, once
+        assert total_launches(sets) == total, (total, sets)
+        kinds = {w["window"]["kind"] for w in sets.values()}
+        assert kinds == {"aggregate", "window"}, kinds
+
+
+def test_capabilities_kept_and_sufficient_for_another_user(daemon, progs):
+    cap_eff = int(proc_status_field(daemon.pid, "CapEff"), 16)
+    assert cap_eff == KEPT_CAPS, f"CapEff {cap_eff:#018x}, want {KEPT_CAPS:#018x}"
+    p = Prog(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "--",
+              LAUNCHER, "--variant", "rt", "--iters", "25", "--wait-signal"], wait=True)
+    progs.append(p)
+    assert proc_status_field(p.pid, "Uid").split()[0] == "65534"
+    daemon.wait_traced(p.pid)
+    p.go()
+    assert p.finish() == 25
+    sets = daemon.written_sets(p.pid)
+    check_launches_with_chain(daemon, sets, RT_CHAIN, 25)
+    # still exactly the kept set after attaching to it
+    assert int(proc_status_field(daemon.pid, "CapEff"), 16) == KEPT_CAPS
+
+
+HOSTILE = ".a b;c'$x*\u00e9"  # 12 bytes: fits the 15 of a comm
+
+
+def test_output_permissions_and_hostile_comm(daemon, progs, tmp_path):
+    assert stat.S_IMODE(os.lstat(daemon.sock).st_mode) == 0o600
+    assert stat.S_ISSOCK(os.lstat(daemon.sock).st_mode)
+    exe = comm_link(tmp_path / "bin", HOSTILE)
+    p = launcher(progs, "--iters", "15", exe=exe)
+    assert Path(f"/proc/{p.pid}/comm").read_bytes().rstrip(b"\n") == HOSTILE.encode()
+    daemon.wait_traced(p.pid)
+    p.go()
+    assert p.finish() == 15
+    sets = daemon.written_sets(p.pid)
+    assert len(sets) == 1, sets
+    (name,) = sets
+    assert safe_name(HOSTILE) == "_a_b_c__x___"
+    assert name.startswith(f"{HOST}-{p.pid}-_a_b_c__x___-"), name
+    assert re.fullmatch(r"[A-Za-z0-9._-]+", name), name
+    assert sets[name]["process"]["comm"] == HOSTILE
+    check_launches_with_chain(daemon, sets, RT_CHAIN, 15)
+    # every set the daemon wrote: directory 0700, files 0600
+    checked = 0
+    for d in daemon.out.iterdir():
+        st = os.lstat(d)
+        assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700, d
+        for f in d.iterdir():
+            st = os.lstat(f)
+            assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600, f
+            checked += 1
+    assert checked >= 5
+
+
+# ---- daemons of their own ------------------------------------------------------------------
+
+def own_daemon(tmp_path_factory, name, **conf):
+    return Daemon(tmp_path_factory.mktemp(name), **conf)
+
+
+def wait_log(daemon, pattern, timeout=10):
+    return wait_for(lambda: re.search(pattern, daemon.stderr()), timeout, f"log /{pattern}/")
+
+
+def test_sigterm_flushes_every_set(tmp_path_factory, progs, tmp_path):
+    d = own_daemon(tmp_path_factory, "term", include_comm="npterm*")
+    try:
+        ended = launcher(progs, "--loop-until-signal", "--sleep-us", "2000",
+                         exe=comm_link(tmp_path, "npterm1"))
+        running = launcher(progs, "--loop-until-signal", "--sleep-us", "2000",
+                           exe=comm_link(tmp_path, "npterm2"))
+        for p in (ended, running):
+            d.wait_traced(p.pid)
+            p.go()
+        time.sleep(0.5)
+        wid = ctl_ok(d, "start")["window"]["id"]
+        time.sleep(0.5)
+        total = ended.finish(signal.SIGUSR2)
+        # SIGTERM at once: the process that just ended is still being read
+        rc, took = d.terminate()
+        assert rc == 0, d.stderr()[-5000:]
+        assert took < 10, took
+        d.assert_clean()
+
+        sets = d.sets(ended.pid)
+        assert sets and all(w is not None for w in sets.values()), sets
+        assert total_launches(sets) == total, (total, sets)
+        assert len(window_sets(sets, wid)) == 1
+        assert {w["window"]["kind"] for w in sets.values()} == {"aggregate", "window"}
+        sets = d.sets(running.pid)
+        assert sets and all(w is not None for w in sets.values()), sets
+        ws = window_sets(sets, wid)
+        assert len(ws) == 1 and total_launches(ws) > 0, sets
+        # nothing half-written anywhere
+        for s in d.out.iterdir():
+            assert (s / "window.json").is_file(), s
+    finally:
+        d.kill()
+
+
+def test_sighup_bad_config_kept_good_config_applied(tmp_path_factory, progs, tmp_path):
+    d = own_daemon(tmp_path_factory, "hup", include_comm="nphup*", exclude_comm="nphupx")
+    try:
+        a = launcher(progs, "--loop-until-signal", "--sleep-us", "10000",
+                     exe=comm_link(tmp_path, "nphupa"))
+        x = launcher(progs, "--loop-until-signal", "--sleep-us", "10000",
+                     exe=comm_link(tmp_path, "nphupx"))
+        d.wait_traced(a.pid)
+        wait_log(d, rf"pid {x.pid} \(nphupx\): not selected")
+        assert d.target(x.pid) is None
+
+        # a bad file: refused as a whole, the old configuration stays
+        lines = d.write_config(include_comm="nphup*", exclude_comm="nphupa",
+                               extra_lines=["bogus_key = 1"])
+        bad_line = len(lines)
+        d.signal(signal.SIGHUP)
+        wait_log(d, "not reloaded")
+        assert re.search(rf"{re.escape(str(d.conf_path))}:{bad_line}: bogus_key", d.stderr()), \
+            d.stderr()[-3000:]
+        assert d.proc.poll() is None
+        st = d.status()
+        assert d.target(a.pid, st) and not d.target(a.pid, st)["exited"]
+        assert d.target(x.pid, st) is None
+        x2 = launcher(progs, "--iters", "1", exe=comm_link(tmp_path, "nphupx"))
+        wait_log(d, rf"pid {x2.pid} \(nphupx\): not selected")
+
+        # a good change: exclude_comm now names the other one
+        d.write_config(include_comm="nphup*", exclude_comm="nphupa")
+        d.signal(signal.SIGHUP)
+        wait_log(d, "configuration reloaded")
+        d.wait_traced(x.pid)
+        wait_for(lambda: (t := d.target(a.pid)) is None or t["exited"], 10, "a untraced")
+        a2 = launcher(progs, "--iters", "1", exe=comm_link(tmp_path, "nphupa"))
+        wait_log(d, rf"pid {a2.pid} \(nphupa\): not selected")
+        for p in (x2, a2):
+            p.go()
+            p.finish()
+        rc, _ = d.terminate()
+        assert rc == 0, d.stderr()[-5000:]
+        d.assert_clean()
+    finally:
+        d.kill()
+
+
+def test_filters_leave_unselected_processes_untraced(tmp_path_factory, progs, tmp_path):
+    d = own_daemon(tmp_path_factory, "filt", include_comm="npfi*", exclude_comm="npfix")
+    try:
+        inc = launcher(progs, "--iters", "10", exe=comm_link(tmp_path, "npfia"))
+        exc = launcher(progs, "--iters", "10", exe=comm_link(tmp_path, "npfix"))
+        other = launcher(progs, "--iters", "10")  # comm "launcher": not included
+        d.wait_traced(inc.pid)
+        for p in (exc, other):
+            wait_log(d, rf"pid {p.pid} \(\w+\): not selected")
+        st = d.status()
+        assert st["discovery"]["skipped_by_filter"] >= 2
+        assert d.target(exc.pid, st) is None and d.target(other.pid, st) is None
+        for p in (inc, exc, other):
+            p.go()
+            assert p.finish() == 10
+        assert total_launches(d.written_sets(inc.pid)) == 10
+        assert d.sets(exc.pid) == {} and d.sets(other.pid) == {}
+        rc, _ = d.terminate()
+        assert rc == 0
+        assert d.sets(exc.pid) == {} and d.sets(other.pid) == {}
+        d.assert_clean()
+    finally:
+        d.kill()
+
+
+def bpftool(*args):
+    proc = subprocess.run(["bpftool", *args, "-j"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout or "[]")
+
+
+def bpf_objects_of(pid):
+    """(prog ids, link ids) held by pid's file descriptors."""
+    progs, links = set(), set()
+    for info in Path(f"/proc/{pid}/fdinfo").iterdir():
+        try:
+            text = info.read_text()
+        except OSError:
+            continue
+        for m in re.finditer(r"^prog_id:\s*(\d+)", text, re.M):
+            progs.add(int(m[1]))
+        for m in re.finditer(r"^link_id:\s*(\d+)", text, re.M):
+            links.add(int(m[1]))
+    return progs, links
+
+
+UPROBE_EVENTS = Path("/sys/kernel/tracing/uprobe_events")
+
+
+def uprobe_events():
+    try:
+        return set(UPROBE_EVENTS.read_text().splitlines())
+    except OSError:
+        return set()
+
+
+@pytest.mark.skipif(shutil.which("bpftool") is None, reason="needs bpftool")
+def test_kill_9_leaves_no_bpf_behind(tmp_path_factory, progs, tmp_path):
+    events_before = uprobe_events()
+    d = own_daemon(tmp_path_factory, "kill", include_comm="npkill")
+    try:
+        p = launcher(progs, "--loop-until-signal", "--sleep-us", "5000",
+                     exe=comm_link(tmp_path, "npkill"))
+        d.wait_traced(p.pid)
+        p.go()
+        wait_for(lambda: d.target(p.pid)["launches"] > 0, 10, "launches")
+        prog_ids, link_ids = bpf_objects_of(d.pid)
+        names = {x["id"]: x.get("name", "") for x in bpftool("prog", "show")}
+        ours = {i: names.get(i) for i in prog_ids}
+        assert ours and all(n and n.startswith("np_") for n in ours.values()), ours
+        assert {"np_entry", "np_mmap_enter", "np_exec"} <= set(ours.values()), ours
+        links = {x["id"]: x for x in bpftool("link", "show") if x["id"] in link_ids}
+        assert any("uprobe" in x.get("type", "") or x.get("type") == "perf_event"
+                   for x in links.values()), links
+        perf_ours = [x for x in bpftool("perf") if x.get("pid") == d.pid]
+        events_during = uprobe_events() - events_before
+        ours_events = {e for e in events_during if f"_{d.pid}_" in e}
+
+        d.signal(signal.SIGKILL)
+        d.proc.wait(timeout=10)
+
+        def gone():
+            left_progs = {x["id"] for x in bpftool("prog", "show")} & set(prog_ids)
+            left_links = {x["id"] for x in bpftool("link", "show")} & set(link_ids)
+            left_perf = [x for x in bpftool("perf") if x.get("pid") == d.pid]
+            left_events = uprobe_events() & ours_events
+            return not (left_progs or left_links or left_perf or left_events)
+        wait_for(gone, 5, "the killed daemon's BPF programs, links and uprobes to go",
+                 interval=0.2)
+        print(f"kill -9: {len(prog_ids)} programs, {len(link_ids)} links, "
+              f"{len(perf_ours)} perf events, {len(ours_events)} uprobe_events lines gone")
+        # the traced program runs on, unaffected
+        assert p.proc.poll() is None
+        p.finish(signal.SIGUSR2)
+    finally:
+        d.kill()
+
+
+def run_short_lived(d, exe, count, most=12):
+    """count launcher processes of 5 launches each, one after another with at most `most`
+    in the daemon's hands at any time (started and not yet traced, traced, or exited and
+    not yet let go: the daemon's memory high-water mark follows that number). Each maps
+    its libraries, waits until the daemon traces it, launches and exits. Returns pids."""
+    pids, waiting, exiting, started = [], [], [], 0
+    while started < count or waiting or exiting:
+        targets = {t["pid"]: t for t in d.status()["targets"]}
+        for p in list(waiting):
+            t = targets.get(p.pid)
+            if t and t["probes"] > 0:
+                p.go()
+                waiting.remove(p)
+                exiting.append(p)
+            else:
+                assert time.monotonic() - p.started < 20, f"pid {p.pid} not traced"
+        for p in list(exiting):
+            if p.proc.poll() is not None:
+                assert p.finish() == 5
+                exiting.remove(p)
+        busy = len(waiting) + len(set(targets) - {p.pid for p in waiting})
+        while started < count and busy < most:
+            p = Prog([exe, "--variant", "rt", "--iters", "5", "--wait-signal"], wait=True)
+            waiting.append(p)
+            pids.append(p.pid)
+            started += 1
+            busy += 1
+        time.sleep(0.01)
+    return pids
+
+
+def test_200_short_lived_processes_no_leak(tmp_path_factory, tmp_path):
+    env = {}
+    if asan_build():  # freed memory waits in ASan's quarantine: keep it small
+        env["ASAN_OPTIONS"] = (os.environ.get("ASAN_OPTIONS", "") +
+                               ":quarantine_size_mb=4").lstrip(":")
+    # systemd's default soft limit on open files, as the service gets it
+    d = own_daemon(tmp_path_factory, "short", include_comm="npshort", env=env, nofile=1024)
+    try:
+        exe = comm_link(tmp_path, "npshort")
+
+        def settled():
+            st = d.status()
+            disc = st["discovery"]
+            return st if disc["detached"] == disc["attached"] and not st["targets"] else None
+
+        def fds_drained(limit):
+            # released uprobe links are closed by a thread of their own, later
+            last = [None]
+
+            def check():
+                n = fd_count(d.pid)
+                done = n <= limit or n == last[0]
+                last[0] = n
+                return done
+            return check
+
+        t0 = time.monotonic()
+        pids = run_short_lived(d, exe, 24)  # the caches are warm
+        st = wait_for(settled, 20, "the first ones to be detached")
+        wait_for(fds_drained(0), 30, "the fd count to settle", interval=1.0)
+        fds0, rss0 = fd_count(d.pid), rss_kib(d.pid)
+        att0 = st["discovery"]["attached"]
+        t1 = time.monotonic()
+        pids += run_short_lived(d, exe, 176)
+        t2 = time.monotonic()
+        assert len(set(pids)) == 200
+        st = wait_for(settled, 30, "all 200 to be detached")
+        fds_peak = fd_count(d.pid)
+        t3 = time.monotonic()
+        wait_for(fds_drained(fds0 + 5), 45, f"the fd count back to {fds0} + 5", interval=0.5)
+        t4 = time.monotonic()
+        fds1, rss1 = fd_count(d.pid), rss_kib(d.pid)
+        disc = st["discovery"]
+        print(f"200 processes: attached {disc['attached']} (after 24: {att0}), "
+              f"detached {disc['detached']}; fds {fds0} -> {fds_peak} (all detached) -> {fds1} "
+              f"({t4 - t3:.1f} s later); RSS {rss0 / 1024:.1f} -> {rss1 / 1024:.1f} MiB; "
+              f"discovery p50 {disc['delay_ms_p50']:.2f} ms, max {disc['delay_ms_max']:.2f} ms "
+              f"({disc['delays_measured']} measured); first 24 + settle {t1 - t0:.1f} s, "
+              f"176 more {t2 - t1:.1f} s")
+        assert d.proc.poll() is None
+        assert disc["attached"] == 200, disc
+        assert disc["detached"] == disc["attached"], disc
+        assert abs(fds1 - fds0) <= 5, (fds0, fds1)
+        assert rss1 - rss0 < 20 * 1024, (rss0, rss1)
+        # every process's set, with its 5 launches
+        for pid in pids:
+            sets = d.sets(pid)
+            assert sets and all(sets.values()) and total_launches(sets) == 5, (pid, sets)
+        rc, _ = d.terminate()
+        assert rc == 0, d.stderr()[-5000:]
+        d.assert_clean()
+    finally:
+        d.kill()
+
+
+def test_retention_deletes_oldest_sets_first(tmp_path_factory, progs, tmp_path):
+    d = own_daemon(tmp_path_factory, "ret", include_comm="npret", aggregate="no",
+                   max_output_size="1M")
+    try:
+        exe = comm_link(tmp_path, "npret")
+        order = []  # set names, oldest first
+        for i in range(5):
+            ctl_ok(d, "start")
+            p = launcher(progs, "--iters", "900", exe=exe)
+            d.wait_traced(p.pid)
+            p.go()
+            assert p.finish() == 900
+            sets = wait_for(lambda: (s := d.sets(p.pid)) and all(s.values()) and s, 20,
+                            "the window's set")
+            assert len(sets) == 1
+            order += list(sets)
+            ctl_ok(d, "stop")
+        st = wait_for(lambda: (s := d.status())["disk"]["deleted_sets"] > 0 and s, 15,
+                      "retention")
+        present = [n for n in order if (d.out / n).exists()]
+        assert present, order
+        assert order[-1] in present  # the newest stays
+        assert order[0] not in present  # the oldest went
+        # what is left is the newest ones: deleted oldest first
+        assert present == order[len(order) - len(present):], (order, present)
+        size = sum(f.stat().st_blocks * 512 for n in present for f in (d.out / n).iterdir())
+        print(f"retention: {len(order)} sets, {len(present)} kept ({size >> 10} KiB), "
+              f"deleted_sets {st['disk']['deleted_sets']}")
+        assert size <= 1 << 20, size
+        assert st["disk"]["deleted_sets"] == len(order) - len(present), st["disk"]
+        rc, _ = d.terminate()
+        assert rc == 0
+        d.assert_clean()
+    finally:
+        d.kill()
