@@ -48,6 +48,7 @@
 #include "ingest/gpu_socket.h"
 #include "lib/util.h"
 #include "ncclprobe.skel.h"
+#include "writers/json.h"
 #include "writers/output.h"
 
 #define NCCLPROBE_VERSION "0.1.0"
@@ -556,10 +557,10 @@ static void status_json(struct daemon *d, cJSON *r) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "pid", t->pid);
         cJSON_AddNumberToObject(o, "ns_pid", p->labels.ns_pid);
-        cJSON_AddStringToObject(o, "comm", p->labels.comm);
-        cJSON_AddStringToObject(o, "exe", p->labels.exe);
-        cJSON_AddStringToObject(o, "container", p->labels.container);
-        cJSON_AddStringToObject(o, "cgroup", p->labels.cgroup);
+        np_json_add_text(o, "comm", p->labels.comm);
+        np_json_add_text(o, "exe", p->labels.exe);
+        np_json_add_text(o, "container", p->labels.container);
+        np_json_add_text(o, "cgroup", p->labels.cgroup);
         cJSON_AddNumberToObject(o, "probes", np_target_probe_count(t));
         cJSON_AddNumberToObject(o, "libraries", np_target_cuda_library_count(t));
         cJSON_AddNumberToObject(o, "launches", (double)t->launches);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "lib/util.h"
+#include "writers/json.h"
 #include "writers/output.h"
 
 void np_outset_safe_name(char *out, size_t size, size_t max, const char *in) {
@@ -104,10 +105,10 @@ static int write_window_json(const struct np_outset *s, const struct np_output_t
     cJSON *proc = cJSON_AddObjectToObject(root, "process");
     add_u64(proc, "pid", (uint64_t)s->labels.pid);
     add_u64(proc, "ns_pid", (uint64_t)s->labels.ns_pid);
-    cJSON_AddStringToObject(proc, "comm", s->labels.comm);
-    cJSON_AddStringToObject(proc, "exe", s->labels.exe);
-    cJSON_AddStringToObject(proc, "cgroup", s->labels.cgroup);
-    cJSON_AddStringToObject(proc, "container", s->labels.container);
+    np_json_add_text(proc, "comm", s->labels.comm);
+    np_json_add_text(proc, "exe", s->labels.exe);
+    np_json_add_text(proc, "cgroup", s->labels.cgroup);
+    np_json_add_text(proc, "container", s->labels.container);
     cJSON *win = cJSON_AddObjectToObject(root, "window");
     cJSON_AddStringToObject(win, "kind", s->kind == NP_OUTSET_AGGREGATE ? "aggregate" : "window");
     add_u64(win, "id", s->window_id);
@@ -125,24 +126,9 @@ static int write_window_json(const struct np_outset *s, const struct np_output_t
     add_u64(tot, "events_dropped", s->drops);
     add_u64(tot, "rate_limited", s->rate_limited);
     add_u64(tot, "write_errors", t->write_errors);
-    char *text = cJSON_Print(root);
-    cJSON_Delete(root);
-    if (!text)
-        return -ENOMEM;
     char path[4200];
     snprintf(path, sizeof(path), "%s/window.json", s->dir);
-    int err = 0;
-    FILE *f = fopen(path, "we");
-    if (!f) {
-        err = -errno;
-    } else {
-        if (fputs(text, f) < 0 || fputc('\n', f) < 0)
-            err = -errno;
-        if (fclose(f) != 0 && !err)
-            err = -errno;
-    }
-    free(text);
-    return err;
+    return np_json_write_file(path, root);
 }
 
 int np_outset_finish(struct np_outset *s, uint64_t *launches) {

@@ -1,6 +1,9 @@
 /* json.c - JSON string escaping (see json.h). */
 #include "writers/json.h"
 
+#include <cjson/cJSON.h>
+#include <errno.h>
+
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,4 +89,29 @@ char *np_utf8_clean(const char *s) {
     if (!out.buf)
         return strdup("");
     return out.buf;
+}
+
+int np_json_write_file(const char *path, struct cJSON *root) {
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text)
+        return -ENOMEM;
+    int err = 0;
+    FILE *f = fopen(path, "we");
+    if (!f) {
+        err = -errno;
+    } else {
+        if (fputs(text, f) < 0 || fputc('\n', f) < 0)
+            err = -errno;
+        if (fclose(f) != 0 && !err)
+            err = -errno;
+    }
+    free(text);
+    return err;
+}
+
+void np_json_add_text(struct cJSON *o, const char *key, const char *text) {
+    char *clean = np_utf8_clean(text ? text : "");
+    cJSON_AddStringToObject(o, key, clean ? clean : "");
+    free(clean);
 }

@@ -368,20 +368,5 @@ int np_summary_write(const char *path, const struct np_summary *s) {
     cJSON_AddItemToObject(root, "gpu", gpu_json(s));
     cJSON_AddItemToObject(root, "nccl", nccl_json(s));
 
-    char *text = cJSON_Print(root);
-    cJSON_Delete(root);
-    if (!text)
-        return -ENOMEM;
-    int err = 0;
-    FILE *f = fopen(path, "we");
-    if (!f) {
-        err = -errno;
-    } else {
-        if (fputs(text, f) < 0 || fputc('\n', f) < 0)
-            err = -errno;
-        if (fclose(f) != 0 && !err)
-            err = -errno;
-    }
-    free(text);
-    return err;
+    return np_json_write_file(path, root);
 }
