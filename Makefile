@@ -146,6 +146,7 @@ bench: $(BUILD)/ncclprobe $(BUILD)/progs/.built $(BUILD)/unwind_bench $(BUILD)/j
 	bench/unwind.sh $(BUILD)
 	bench/gpu.sh $(BUILD)
 	bench/nccl.sh $(BUILD)
+	bench/daemon.sh $(BUILD)
 	bench/merge.sh $(BUILD)
 
 FORMATTED := $(BPF_SRC) bpf/discover.bpf.c $(SRCS) $(HEADERS) $(CUPTI_SRCS) tests/unit/*.[ch] $(wildcard tests/progs/*.[ch] \

@@ -356,7 +356,10 @@ def discovery(daemon):
 
 def check_delays(before, after):
     assert after["delays_measured"] > before["delays_measured"], (before, after)
-    assert 0 <= after["delay_ms_p50"] <= after["delay_ms_max"] < 500, after
+    # The shared daemon traces every CUDA process on the machine (other test runs
+    # too): a burst of them queues attaches, so the max is bounded loosely.
+    assert 0 <= after["delay_ms_p50"] < 250, after
+    assert after["delay_ms_p50"] <= after["delay_ms_max"] < 3000, after
     print(f"discovery delay: p50 {after['delay_ms_p50']:.2f} ms, "
           f"max {after['delay_ms_max']:.2f} ms, {after['delays_measured']} measured")
 

@@ -150,17 +150,25 @@ static struct np_outset *open_set(struct daemon *d, struct dproc *p) {
     return set;
 }
 
+/* What the process's probes dropped and rate-limited since its set opened;
+ * read before its probes are released (their counters go with them). */
+static void count_set(struct daemon *d, struct dproc *p) {
+    struct np_outset *set = p->set;
+    uint64_t drops, limited;
+    proc_counters(d, p->labels.pid, &drops, &limited);
+    set->drops = drops > set->drops_at_open ? drops - set->drops_at_open : 0;
+    set->rate_limited = limited > set->limited_at_open ? limited - set->limited_at_open : 0;
+}
+
 /* No more records go to the process's set; it is written once its held
  * GPU launches are in (finish_closing_sets). */
 static void close_set(struct daemon *d, struct dproc *p) {
     struct np_outset *set = p->set;
     if (!set)
         return;
+    if (!p->exited) /* an exited process's counts were taken before its probes went */
+        count_set(d, p);
     p->set = NULL;
-    uint64_t drops, limited;
-    proc_counters(d, p->labels.pid, &drops, &limited);
-    set->drops = drops - set->drops_at_open;
-    set->rate_limited = limited - set->limited_at_open;
     set->closing = true;
     set->closing_since_ns = np_monotonic_ns();
     set->end_realtime_ns = np_realtime_ns();
@@ -277,6 +285,8 @@ static void untrace(struct daemon *d, struct dproc *p, const char *why) {
         struct np_target *t = np_session_find_target(&d->s, p->labels.pid);
         if (t)
             np_session_target_exited(&d->s, t);
+        if (p->set)
+            count_set(d, p);
     }
     np_attacher_release_pid(&d->s.attacher, p->labels.pid);
     d->detached++;
