@@ -135,9 +135,25 @@ def test_command_not_found(tmp_path):
     assert "command not found: /nonexistent/cmd" in proc.stderr
 
 
-def ncclprobe_programs_loaded():
+def ncclprobe_programs_loaded(ids=None):
+    """np_entry/np_return programs loaded; with ids, only those (the ones one
+    tracer holds: other tracers may run on this machine meanwhile)."""
     progs = subprocess.run(["bpftool", "prog", "list"], capture_output=True, text=True).stdout
-    return sum(1 for line in progs.splitlines() if re.search(r" name np_(entry|return)", line))
+    found = [line for line in progs.splitlines() if re.search(r" name np_(entry|return)", line)]
+    if ids is not None:
+        found = [line for line in found if int(line.split(":", 1)[0]) in ids]
+    return len(found)
+
+
+def programs_held_by(pid):
+    """The BPF program ids held by pid's file descriptors."""
+    ids = set()
+    for info in Path(f"/proc/{pid}/fdinfo").iterdir():
+        try:
+            ids.update(int(m) for m in re.findall(r"^prog_id:\s*(\d+)", info.read_text(), re.M))
+        except OSError:
+            continue
+    return ids
 
 
 @needs_bpf
@@ -151,7 +167,8 @@ def test_target_is_never_blocked_when_ncclprobe_is_killed(tmp_path, workloads):
     probe.wait_attached()
     w.go()
     time.sleep(0.2)
-    assert ncclprobe_programs_loaded() > 0, "the probes should be attached by now"
+    ours = programs_held_by(probe.proc.pid)
+    assert ncclprobe_programs_loaded(ours) > 0, "the probes should be attached by now"
     probe.proc.kill()
     probe.proc.wait()
     out, _ = w.finish(timeout=30)
@@ -160,9 +177,9 @@ def test_target_is_never_blocked_when_ncclprobe_is_killed(tmp_path, workloads):
     # Links hold the programs: once every program of ours is gone, no uprobe is
     # left (bpftool 7.1 does not name uprobe_multi links, so ask for programs).
     deadline = time.time() + 10
-    while ncclprobe_programs_loaded() and time.time() < deadline:
+    while ncclprobe_programs_loaded(ours) and time.time() < deadline:
         time.sleep(0.2)
-    assert ncclprobe_programs_loaded() == 0
+    assert ncclprobe_programs_loaded(ours) == 0
 
 
 @needs_bpf
