@@ -606,6 +606,13 @@ def bench_budget(args, L):
              + (f"{lifted_t - dur:.1f} s after the loop ended." if lifted_t else
                 f"— not within {args.budget_after} s after the loop ended.")
              if act_t is not None else "Rate limit never activated.")
+    if unl_pct and unl["rate"]:
+        us = unl_pct / 100 / unl["rate"] * 1e6
+        L.append(f"The limit is a fixed rate (`rate_limit` launches/s per probe), not a CPU "
+                 f"target: while it held, the daemon used {st_pct or 0:.1f} % of a core of its "
+                 f"10 % budget. At this workload's cost ({us:.2f} µs of daemon CPU per launch: "
+                 f"{unl_pct:.1f} % at {unl['rate']:,.0f}/s without a budget) the budget "
+                 f"would have kept ~{0.10 / (us / 1e6):,.0f} launches/s.")
     L.append("")
     if act_t is None:
         note("budget: the rate limit never activated")
@@ -753,6 +760,14 @@ def bench_rss(args, L):
                  f"{mib(r['hwm'])} | {r['g10']:.3f} | {r['g50']:.3f} | "
                  f"{r['captured'] if r['captured'] is not None else '-':,} | {r['ring']:,} | "
                  f"{r['distinct'] if r['distinct'] is not None else '-'} | {r['out_mib']:.0f} |")
+    ctrl = next((r for r in rs if "control" in r["name"]), None)
+    many = next((r for r in rs if r["stacks"] > 1 and not r["window"]), None)
+    if ctrl and many:
+        per = (many["s100"]["rss"] - ctrl["s100"]["rss"]) / many["stacks"]
+        L += ["", f"Distinct stacks cost {per / 1024:.2f} KiB of RSS each (Python, "
+              f"{many['stacks']} stacks − the 1-stack control, at 100 %), of which "
+              f"{many['cache'] / many['stacks'] / 1024:.2f} KiB are counted in "
+              f"`memory.cache_bytes` (the figure `cache_size` caps)."]
     L += ["", "RSS every second (MiB), per case: "]
     for r in rs:
         L.append(f"- {r['name']}: " + " ".join(mib(s["rss"]) for s in r["samples"])
