@@ -27,14 +27,17 @@ endif
 
 WARN     := -Wall -Wextra -Werror
 CFLAGS   ?= -O2 -g
-CPPFLAGS := -Iinclude -Isrc -I$(BUILD)
-LIBS     := -lbpf -ldw -lelf -lz -lcjson -lstdc++ -lpthread
+CPPFLAGS := -Iinclude -Isrc -I$(BUILD) -I$(BUILD)/gen
+LIBS     := -lbpf -ldw -lelf -lz -lcjson -lprotobuf-c -lstdc++ -lpthread
 
 BPF_SRC  := bpf/ncclprobe.bpf.c
 # src/cupti/ is the injection library that runs inside the target, not part of the daemon.
 SRCS     := $(sort $(filter-out src/cupti/%,$(wildcard src/*/*.c)))
 CUPTI_SRCS := $(sort $(wildcard src/cupti/*.c))
-OBJS     := $(SRCS:src/%.c=$(BUILD)/obj/%.o)
+# pprof's profile.proto (src/writers/profile.proto, from github.com/google/pprof),
+# compiled by protobuf-c into $(BUILD)/gen.
+PROTO_OBJ := $(BUILD)/obj/gen/profile.pb-c.o
+OBJS     := $(SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
 HEADERS  := $(wildcard include/ncclprobe/*.h src/*/*.h)
 
 # The CUPTI injection library, when the toolkit's headers are there (src/cupti/).
@@ -66,7 +69,15 @@ $(BUILD)/discover.bpf.o: bpf/discover.bpf.c include/ncclprobe/discover.h $(BUILD
 $(BUILD)/discover.skel.h: $(BUILD)/discover.bpf.o
 	$(BPFTOOL) gen skeleton $< name discover_bpf > $@.tmp && mv $@.tmp $@
 
-$(BUILD)/obj/%.o: src/%.c $(HEADERS) $(BUILD)/ncclprobe.skel.h $(BUILD)/discover.skel.h
+$(BUILD)/gen/profile.pb-c.c $(BUILD)/gen/profile.pb-c.h: src/writers/profile.proto
+	@mkdir -p $(BUILD)/gen
+	protoc-c --proto_path=src/writers --c_out=$(BUILD)/gen src/writers/profile.proto
+
+$(PROTO_OBJ): $(BUILD)/gen/profile.pb-c.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(SANFLAGS) -I$(BUILD)/gen -c $< -o $@
+
+$(BUILD)/obj/%.o: src/%.c $(HEADERS) $(BUILD)/ncclprobe.skel.h $(BUILD)/discover.skel.h $(BUILD)/gen/profile.pb-c.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -c $< -o $@
 
@@ -96,25 +107,37 @@ demo: $(BUILD)/ncclprobe $(BUILD)/demo/.built
 
 # ---- tests -------------------------------------------------------------------
 UNIT_SRCS := $(filter-out src/cli/main.c,$(SRCS))
-$(BUILD)/unit_tests: tests/unit/unit_tests.c tests/unit/check.h $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o)
+$(BUILD)/unit_tests: tests/unit/unit_tests.c tests/unit/check.h $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
 	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $(filter-out %.h,$^) $(LIBS)
 
 # Checks the CPython line-table decoders against the interpreters (tests/test_pylines.py).
-$(BUILD)/pyline_check: tests/progs/pyline_check.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o)
+$(BUILD)/pyline_check: tests/progs/pyline_check.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
 	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
 
-$(BUILD)/unwind_bench: bench/unwind_bench.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o)
+$(BUILD)/unwind_bench: bench/unwind_bench.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
 	$(CC) $(CFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
 
 # The offline merge's matcher alone (src/correlate/tolerance.c).
-$(BUILD)/merge_unit: tests/unit/merge_unit.c tests/unit/check.h $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o)
+$(BUILD)/merge_unit: tests/unit/merge_unit.c tests/unit/check.h $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
 	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $(filter-out %.h,$^) $(LIBS)
+
+# The flame graph writer through a driver of its own (tests/test_flamegraph.py).
+$(BUILD)/flame_cli: tests/unit/flame_cli.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
+	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
+
+# Writes DIR/profile.pb.gz with the pprof writer alone (tests/test_pprof.py).
+$(BUILD)/pprof_cli: tests/unit/pprof_cli.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
+	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
+
+# Writes DIR/trace.json with the Perfetto writer alone (tests/test_trace_json.py).
+$(BUILD)/trace_cli: tests/unit/trace_cli.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
+	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
 
 # The daemon's configuration parser and its control socket, alone.
-$(BUILD)/config_unit: tests/unit/config_unit.c tests/unit/check.h $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o)
+$(BUILD)/config_unit: tests/unit/config_unit.c tests/unit/check.h $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
 	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $(filter-out %.h,$^) $(LIBS)
 
-$(BUILD)/ctl_unit: tests/unit/ctl_unit.c tests/unit/check.h $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o)
+$(BUILD)/ctl_unit: tests/unit/ctl_unit.c tests/unit/check.h $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
 	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $(filter-out %.h,$^) $(LIBS)
 
 test-unit: $(BUILD)/unit_tests $(BUILD)/merge_unit $(BUILD)/config_unit $(BUILD)/ctl_unit
@@ -123,7 +146,12 @@ test-unit: $(BUILD)/unit_tests $(BUILD)/merge_unit $(BUILD)/config_unit $(BUILD)
 	$(BUILD)/config_unit
 	$(BUILD)/ctl_unit
 
-test-e2e: $(BUILD)/ncclprobe $(CUPTI_LIB) $(BUILD)/progs/.built $(BUILD)/demo/.built $(BUILD)/pyline_check
+# The writers alone, from a recording directory (tests/test_pprof.py, test_flamegraph.py,
+# test_trace_json.py run them on hand-made directories too).
+WRITER_DRIVERS := $(BUILD)/pprof_cli $(BUILD)/flame_cli $(BUILD)/trace_cli
+
+test-e2e: $(BUILD)/ncclprobe $(CUPTI_LIB) $(BUILD)/progs/.built $(BUILD)/demo/.built $(BUILD)/pyline_check \
+		$(WRITER_DRIVERS)
 	NCCLPROBE_BUILD=$(abspath $(BUILD)) $(PYTHON) -m pytest -q -rs tests/
 
 # Unit and end-to-end tests, on the normal build and again on the
@@ -163,3 +191,4 @@ clean:
 
 # make deb, make install: packaging/packaging.mk
 include packaging/packaging.mk
+

@@ -71,6 +71,7 @@ int main(int argc, char **argv) {
     struct np_stack_texts stack;
     np_str_init(&stack.folded);
     np_str_init(&stack.detailed);
+    np_str_init(&stack.locations);
     uint64_t frames = 0;
     for (size_t i = 0; i < nrecs; i++) { /* warm the caches */
         np_ingest_build_stack(&in, t, (const void *)recs[i], NULL, &stack);
@@ -89,6 +90,7 @@ int main(int argc, char **argv) {
            (double)frames / (double)nrecs, (double)done / elapsed);
     np_str_free(&stack.folded);
     np_str_free(&stack.detailed);
+    np_str_free(&stack.locations);
     np_target_free(t);
     for (size_t i = 0; i < nrecs; i++)
         free(recs[i]);

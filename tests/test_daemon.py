@@ -891,3 +891,32 @@ def test_retention_deletes_oldest_sets_first(tmp_path_factory, progs, tmp_path):
         d.assert_clean()
     finally:
         d.kill()
+
+
+def test_formats_of_window_and_aggregate_sets(tmp_path_factory, progs, tmp_path):
+    """formats = svg,pprof: a window set gets its flame graph and profile (no
+    trace.json), an aggregate set too; window.json comes last, so a set that
+    has it has everything."""
+    d = own_daemon(tmp_path_factory, "fmt", include_comm="npfmt", formats="svg,pprof")
+    try:
+        p = launcher(progs, "--loop-until-signal", "--sleep-us", "2000",
+                     exe=comm_link(tmp_path, "npfmt"))
+        d.wait_traced(p.pid)
+        p.go()
+        time.sleep(0.5)
+        ctl_ok(d, "start")
+        time.sleep(0.5)
+        ctl_ok(d, "stop")
+        p.finish(signal.SIGUSR2)
+        sets = d.written_sets(p.pid)
+        kinds = {name: info["window"]["kind"] for name, info in sets.items()}
+        assert sorted(kinds.values()) == ["aggregate", "aggregate", "window"], kinds
+        for name in sets:
+            files = {f.name for f in (d.out / name).iterdir()}
+            assert {"flamegraph.svg", "profile.pb.gz"} <= files, (name, files)
+            assert "trace.json" not in files, (name, files)
+        rc, _ = d.terminate()
+        assert rc == 0, d.stderr()[-5000:]
+        d.assert_clean()
+    finally:
+        d.kill()

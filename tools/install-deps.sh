@@ -13,6 +13,8 @@ packages=(
     gdb                                          # the independent stack oracle in tests
     bpftrace linux-perf                          # benchmark peers
     debhelper dpkg-dev                           # make deb (packaging/)
+    protobuf-c-compiler libprotobuf-c-dev        # profile.pb.gz (pprof's profile.proto)
+    golang-go chromium                           # tests: go tool pprof reads it; the SVG renders
     systemd man-db groff-base                    # packaging tests: systemd-analyze, man
 )
 

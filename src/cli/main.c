@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/ctl.h"
+#include "cli/flamegraph.h"
 #include "cli/merge.h"
 #include "cli/record.h"
 #include "cli/report.h"
@@ -17,6 +18,7 @@ static void usage(FILE *f) {
         "       ncclprobe --pid PID [options]\n"
         "       ncclprobe merge --cpu EXT_FOLDED --gpu TRACE_JSON -o OUT [options]\n"
         "       ncclprobe report [DIR] [options]\n"
+        "       ncclprobe flamegraph IN.folded [-o OUT.svg] [--title T] [--unit count|ns]\n"
         "       ncclprobe daemon [--config FILE] [--output-dir DIR] [-v]\n"
         "       ncclprobe ctl [--socket PATH] [--json] start [--duration S]|stop|status|snapshot\n"
         "       ncclprobe --version\n"
@@ -38,6 +40,8 @@ int main(int argc, char **argv) {
         return np_cmd_daemon(argc - 1, argv + 1);
     if (strcmp(argv[1], "ctl") == 0)
         return np_cmd_ctl(argc - 1, argv + 1);
+    if (strcmp(argv[1], "flamegraph") == 0)
+        return np_cmd_flamegraph(argc - 1, argv + 1);
     if (strcmp(argv[1], "--version") == 0) {
         printf("ncclprobe %s\n", NCCLPROBE_VERSION);
         return 0;

@@ -21,6 +21,9 @@
 #include "ingest/merge_gpu.h"
 #include "lib/strtab.h"
 #include "lib/util.h"
+#include "writers/flamegraph.h"
+#include "writers/formats.h"
+#include "writers/pprof.h"
 
 #define DEFAULT_TOLERANCE_MS 10.0
 #define PENDING_FRAME "[GPU_Launch_Pending]"
@@ -34,6 +37,7 @@ struct merge_options {
     int64_t tolerance_ns;
     bool summary;
     bool quiet;
+    unsigned formats; /* --format: pprof and svg from the merged files */
 };
 
 struct output_line {
@@ -62,6 +66,8 @@ static void usage(FILE *f) {
         "      --tolerance-ms MS      largest CPU/trace clock gap of a pair (default 10)\n"
         "      --summary              per-kernel counts and GPU time, match counts, on stdout\n"
         "      --quiet                no warnings or closing counts on stderr\n"
+        "      --format LIST          also OUT.pb.gz (pprof) and OUT.svg, GPU_NS_OUT.svg\n"
+        "                             (svg) from the merged files (default none)\n"
         "  -h, --help                 this text\n");
 }
 
@@ -91,7 +97,7 @@ static int check_options(const struct merge_options *opt) {
 
 /* 0, 1 after --help, -EINVAL on a bad command line. */
 static int parse_options(int argc, char **argv, struct merge_options *opt) {
-    enum { OPT_CPU = 256, OPT_GPU, OPT_GPU_NS, OPT_TOLERANCE, OPT_SUMMARY, OPT_QUIET };
+    enum { OPT_CPU = 256, OPT_GPU, OPT_GPU_NS, OPT_TOLERANCE, OPT_SUMMARY, OPT_QUIET, OPT_FORMAT };
     static const struct option longopts[] = {
         {"cpu", required_argument, NULL, OPT_CPU},
         {"gpu", required_argument, NULL, OPT_GPU},
@@ -100,6 +106,7 @@ static int parse_options(int argc, char **argv, struct merge_options *opt) {
         {"tolerance-ms", required_argument, NULL, OPT_TOLERANCE},
         {"summary", no_argument, NULL, OPT_SUMMARY},
         {"quiet", no_argument, NULL, OPT_QUIET},
+        {"format", required_argument, NULL, OPT_FORMAT},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
@@ -131,6 +138,17 @@ static int parse_options(int argc, char **argv, struct merge_options *opt) {
         case OPT_QUIET:
             opt->quiet = true;
             break;
+        case OPT_FORMAT: {
+            char why[256];
+            if (np_formats_parse(optarg, &opt->formats, why, sizeof(why)) < 0) {
+                np_err("--format: %s", why);
+                return -EINVAL;
+            }
+            if (opt->formats & NP_FORMAT_PERFETTO)
+                np_warn("--format perfetto: merge has no per-launch times to draw; use a "
+                        "recording's trace.json");
+            break;
+        }
         case 'h':
             usage(stdout);
             return 1;
@@ -368,6 +386,46 @@ static void print_closing_counts(const struct np_merge_cpu *cpu, const struct np
 
 /* ---- the command ----------------------------------------------------------------- */
 
+/* One folded file as a flame graph, PATH.svg. */
+static int write_svg(const char *folded, const char *title, enum np_flame_unit unit) {
+    char svg[4200], tmp[4300];
+    snprintf(svg, sizeof(svg), "%s.svg", folded);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", svg);
+    FILE *in = fopen(folded, "re");
+    FILE *out = in ? fopen(tmp, "we") : NULL;
+    int err = in && out ? 0 : -errno;
+    struct np_flame_opts o = {.title = title, .source = folded, .unit = unit};
+    if (!err)
+        err = np_flamegraph_render(in, out, &o);
+    if (out && fclose(out) != 0 && !err)
+        err = -errno;
+    if (in)
+        fclose(in);
+    if (!err && rename(tmp, svg) != 0)
+        err = -errno;
+    if (err) {
+        unlink(tmp);
+        np_err("cannot write %s: %s", svg, strerror(-err));
+    }
+    return err;
+}
+
+/* --format: the pictures and the pprof profile of the merged files. */
+static int write_formats(const struct merge_options *opt) {
+    int err = 0;
+    if (opt->formats & NP_FORMAT_SVG) {
+        err = write_svg(opt->out_path, "ncclprobe merge: launches by stack", NP_FLAME_COUNT);
+        if (!err && opt->gpu_ns_path)
+            err = write_svg(opt->gpu_ns_path, "ncclprobe merge: GPU time by stack", NP_FLAME_NS);
+    }
+    if (!err && (opt->formats & NP_FORMAT_PPROF)) {
+        char pb[4200];
+        snprintf(pb, sizeof(pb), "%s.pb.gz", opt->out_path);
+        err = np_write_pprof_folded(opt->out_path, opt->gpu_ns_path, pb);
+    }
+    return err;
+}
+
 static int run_merge(const struct merge_options *opt, struct np_merge_cpu *cpu,
                      struct np_merge_gpu *gpu, struct np_merge_result *result) {
     struct output_line *lines = NULL;
@@ -387,6 +445,8 @@ static int run_merge(const struct merge_options *opt, struct np_merge_cpu *cpu,
     }
     err = write_outputs(opt, lines, nlines);
     free_lines(lines, nlines);
+    if (!err)
+        err = write_formats(opt);
     if (!err && opt->summary)
         err = print_summary(cpu, gpu, result);
     if (!err)

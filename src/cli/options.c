@@ -14,6 +14,7 @@
 #include "ncclprobe/events.h"
 #include "ncclprobe/gpu_wire.h"
 #include "symbolize/symbolize.h"
+#include "writers/formats.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -60,6 +61,9 @@ static void usage(FILE *f) {
             "      --no-gpu             do not listen for GPU records\n"
             "      --raw-dump FILE      also write every BPF record as received (for\n"
             "                           bench/unwind_bench and bug reports)\n"
+            "      --format LIST        outputs made from the recording at the end: pprof\n"
+            "                           (profile.pb.gz), perfetto (trace.json), svg\n"
+            "                           (flamegraph*.svg), all (default) or none\n"
             "  -v, --verbose            more diagnostics\n"
             "  -h, --help               this text\n");
 }
@@ -102,7 +106,8 @@ int np_record_parse_options(int argc, char **argv, struct options *opt) {
         OPT_CUPTI_SOCKET,
         OPT_CUPTI,
         OPT_GPU_TIMEOUT,
-        OPT_NO_GPU
+        OPT_NO_GPU,
+        OPT_FORMAT
     };
     static const struct option longopts[] = {
         {"pid", required_argument, NULL, 'p'},
@@ -122,6 +127,7 @@ int np_record_parse_options(int argc, char **argv, struct options *opt) {
         {"cupti", no_argument, NULL, OPT_CUPTI},
         {"gpu-timeout-ms", required_argument, NULL, OPT_GPU_TIMEOUT},
         {"no-gpu", no_argument, NULL, OPT_NO_GPU},
+        {"format", required_argument, NULL, OPT_FORMAT},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {0},
@@ -134,6 +140,7 @@ int np_record_parse_options(int argc, char **argv, struct options *opt) {
     opt->python_depth = DEFAULT_PYTHON_DEPTH;
     opt->cupti_socket = NP_WIRE_DEFAULT_SOCKET;
     opt->gpu_timeout_ms = DEFAULT_GPU_TIMEOUT_MS;
+    opt->formats = NP_FORMATS_DEFAULT;
     optind = 1;
     while ((c = getopt_long(argc, argv, "+p:o:d:vh", longopts, NULL)) != -1) {
         switch (c) {
@@ -230,6 +237,14 @@ int np_record_parse_options(int argc, char **argv, struct options *opt) {
         case OPT_RAW_DUMP:
             opt->raw_dump = optarg;
             break;
+        case OPT_FORMAT: {
+            char why[256];
+            if (np_formats_parse(optarg, &opt->formats, why, sizeof(why)) < 0) {
+                np_err("--format: %s", why);
+                return -EINVAL;
+            }
+            break;
+        }
         case OPT_DEBUGINFO:
             opt->debuginfo_path = optarg;
             np_symbolizer_set_debuginfo_path(optarg);

@@ -30,7 +30,8 @@ struct options {
     bool no_gpu;
     long gpu_timeout_ms;
     bool verbose;
-    char **command; /* argv after "--", NULL-terminated */
+    unsigned formats; /* --format: enum np_format bits */
+    char **command;   /* argv after "--", NULL-terminated */
 };
 
 #define DEFAULT_STACK_BYTES 16384

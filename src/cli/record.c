@@ -33,6 +33,7 @@
 #include "symbolize/pycode.h"
 #include "symbolize/symbolize.h"
 #include "unwind/unwind.h"
+#include "writers/formats.h"
 #include "writers/output.h"
 #include "writers/summary.h"
 
@@ -392,6 +393,8 @@ out:
             np_err("writing the outputs failed: %s", strerror(-cerr));
             err = cerr;
         }
+        if (!cerr) /* made from the files just closed; a failure is said, not fatal */
+            np_formats_write(s.opt.output_dir, s.opt.formats);
     }
     if (s.have_child && s.child.reaped && WIFEXITED(s.child.status) && WEXITSTATUS(s.child.status))
         np_info("%s exited with status %d", s.opt.command[0], WEXITSTATUS(s.child.status));

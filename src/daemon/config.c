@@ -4,6 +4,7 @@
  * packaging/ncclprobe.conf). */
 #define _GNU_SOURCE
 #include "daemon/config.h"
+#include "writers/formats.h"
 
 #include <errno.h>
 #include <fnmatch.h>
@@ -28,6 +29,7 @@
 #define SHOW 200         /* at most this much of a value is quoted in a message */
 
 enum vtype {
+    V_FORMATS,  /* a --format list (writers/formats.h) */
     V_PATH,     /* absolute path */
     V_OPT_PATH, /* absolute path, or empty: none */
     V_BOOL,
@@ -68,6 +70,7 @@ enum key_id {
     K_PYTHON,
     K_PYTHON_DEPTH,
     K_LOG_LEVEL,
+    K_FORMATS,
     K_COUNT
 };
 
@@ -131,6 +134,7 @@ static const struct key_def keys[K_COUNT] = {
                         .allowed = "an integer from 1 to 1024"},
     [K_LOG_LEVEL] = {"log_level", V_ENUM, .names = log_names,
                      .allowed = "error, warn, info or debug"},
+    [K_FORMATS] = {"formats", V_FORMATS, .allowed = NP_FORMATS_HELP},
 };
 
 /* ---- defaults and freeing ---------------------------------------------- */
@@ -181,6 +185,7 @@ int np_config_defaults(struct np_daemon_config *c) {
     c->python = NP_PYTHON_MERGE;
     c->python_depth = 128;
     c->log_level = NP_LOG_INFO;
+    c->formats = NP_FORMATS_DEFAULT;
     if (!c->output_dir || !c->ctl_socket || !c->cupti_socket) {
         np_config_free(c);
         return -ENOMEM;
@@ -464,6 +469,14 @@ static int parse_value(struct parser *ps, const struct key_def *k, const char *v
         return fail(ps, "%s: '%.*s': %s (expected %s)", k->name, SHOW, v, why, k->allowed);
     case V_GLOBS:
         return parse_globs(v, &out->g);
+    case V_FORMATS: {
+        char err[256];
+        unsigned bits;
+        if (np_formats_parse(v, &bits, err, sizeof(err)) < 0)
+            return fail(ps, "%s: %s", k->name, err);
+        out->u = bits;
+        return 0;
+    }
     case V_PERCENT:
         rc = parse_percent(v, &out->d);
         if (rc == -ENOMEM)
@@ -597,6 +610,9 @@ static void store(struct np_daemon_config *c, enum key_id id, union value *v) {
         return;
     case K_LOG_LEVEL:
         c->log_level = (enum np_log_level)v->e; /* log_names is in enum order */
+        return;
+    case K_FORMATS:
+        c->formats = (unsigned)v->u;
         return;
     case K_COUNT:
         break;

@@ -43,6 +43,7 @@ struct np_daemon_config {
     uint32_t stack_bytes, python_depth;
     enum np_python_mode python;
     enum np_log_level log_level;
+    unsigned formats; /* enum np_format bits: outputs made from each finished set */
 };
 
 /* Fills *c with the built-in defaults (the table in docs/daemon.md),

@@ -178,7 +178,7 @@ static void finish_set(struct daemon *d, struct np_outset *set) {
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s", set->dir);
     uint64_t launches = 0;
-    int err = np_outset_finish(set, &launches);
+    int err = np_outset_finish(set, d->cfg.formats, &launches);
     d->sets_written++;
     if (err)
         np_warn("output set %s: %s", dir, strerror(-err));

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "lib/util.h"
+#include "writers/formats.h"
 #include "writers/json.h"
 #include "writers/output.h"
 
@@ -131,12 +132,14 @@ static int write_window_json(const struct np_outset *s, const struct np_output_t
     return np_json_write_file(path, root);
 }
 
-int np_outset_finish(struct np_outset *s, uint64_t *launches) {
+int np_outset_finish(struct np_outset *s, unsigned formats, uint64_t *launches) {
     if (!s->end_realtime_ns)
         s->end_realtime_ns = np_realtime_ns();
     struct np_output_totals totals = *np_output_totals(s->out);
     int err = np_output_close(s->out);
-    int jerr = write_window_json(s, &totals);
+    if (!err) /* the pictures and profiles, made from the files just closed */
+        np_formats_write(s->dir, formats);
+    int jerr = write_window_json(s, &totals); /* last: the set is complete */
     if (launches)
         *launches = totals.launches;
     free(s->dir);

@@ -41,9 +41,11 @@ void np_outset_safe_name(char *out, size_t size, size_t max, const char *in);
 int np_outset_open(const char *root, const char *host, enum np_outset_kind kind,
                    const struct np_proc_labels *labels, uint64_t window_id, const char *reason,
                    uint64_t start_realtime_ns, struct np_outset **out);
-/* Closes the writers (aggregated files), writes window.json, frees the set.
- * Returns the first write error; *launches gets what the set holds. */
-int np_outset_finish(struct np_outset *s, uint64_t *launches);
+/* Closes the writers (aggregated files), writes the derived outputs of
+ * `formats` (writers/formats.h), then window.json - last, so a set with a
+ * window.json is complete - and frees the set. Returns the first write
+ * error; *launches gets what the set holds. */
+int np_outset_finish(struct np_outset *s, unsigned formats, uint64_t *launches);
 
 /* The marker every set directory holds from its creation: retention only
  * ever deletes directories that have it. */

@@ -33,6 +33,7 @@ void np_ingest_free(struct np_ingest *in) {
     np_str_free(&in->held_json);
     np_str_free(&in->stack.folded);
     np_str_free(&in->stack.detailed);
+    np_str_free(&in->stack.locations);
     free(in->stats.per_probe);
     in->stats.per_probe = NULL;
     in->stats.per_probe_len = 0;
@@ -151,9 +152,7 @@ static void write_launch(struct np_ingest *in, struct np_target *t, struct np_ou
                          const struct np_launch *l, const char *kernel) {
     const struct np_stack_texts *stack = &in->stack;
     bool hold = in->gpu && t->gpu_marker && !t->gpu_off && !l->nested;
-    uint64_t sid =
-        np_output_launch(out, l, np_str_cstr(&stack->folded), np_str_cstr(&stack->detailed), kernel,
-                         hold ? &in->held_json : NULL);
+    uint64_t sid = np_output_launch(out, l, stack, kernel, hold ? &in->held_json : NULL);
     if (!hold)
         return;
     /* The join's clock is CLOCK_MONOTONIC, the clock of the event's own time. */
@@ -283,6 +282,7 @@ static void add_nccl_launch(struct np_ingest *in, const struct np_probe_site *si
         snprintf(frame, sizeof(frame), "[NCCL]%s", types);
         append_frame(&in->stack.folded, frame);
         append_frame(&in->stack.detailed, frame);
+        np_str_append(&in->stack.locations, in->stack.locations.len ? ",{}" : "{}");
     }
     struct np_nccl_comm_stats *c =
         np_nccl_comms_get(&in->nccl_comms, l->ev->hdr.pid, plan->comm, &plan->id);
@@ -369,7 +369,7 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
     } else if (l.is_nccl_op) {
         t->nccl_ops++;
         add_nccl_op(in, called, &l);
-        np_output_nccl_op(out, &l, np_str_cstr(&stack->folded), np_str_cstr(&stack->detailed));
+        np_output_nccl_op(out, &l, stack);
     } else {
         char buf[600], stub_buf[600];
         const char *kernel = kernel_name(t, &l, buf, sizeof(buf));

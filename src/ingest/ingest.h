@@ -56,9 +56,11 @@ struct np_unwind_stats {
 
 /* A launch's stack as text, root first, frames joined by ';': folded (for
  * the .folded outputs) and detailed (stacks.jsonl: inlined frames always,
- * marked "[inlined]"). */
+ * marked "[inlined]"); locations: one JSON object per detailed frame,
+ * joined by ',' (module, build_id, offset, file, line where known), for
+ * the writers that want more than names (pprof). */
 struct np_stack_texts {
-    struct np_str folded, detailed;
+    struct np_str folded, detailed, locations;
 };
 
 /* --python: Python frames merged into the native stack at the eval loop,

@@ -27,6 +27,7 @@
 #include "symbolize/pycode.h"
 #include "symbolize/symbolize.h"
 #include "unwind/unwind.h"
+#include "writers/json.h"
 
 #define PY_TRUNCATED_MARKER "[python truncated]"
 
@@ -125,6 +126,32 @@ static void append_frame(struct np_str *out, const char *name) {
     np_str_append(out, name);
 }
 
+/* One more entry of the locations list; json is an object's members, or "". */
+static void append_location(struct np_str *out, const char *json) {
+    np_str_append(out, out->len ? ",{" : "{");
+    np_str_append(out, json);
+    np_str_append(out, "}");
+}
+
+/* A native frame's location: its module and where in it. */
+static void native_location(struct np_str *out, const struct np_frame *f) {
+    struct np_str s;
+    np_str_init(&s);
+    if (f && f->module_path[0]) {
+        np_str_append(&s, "\"module\":");
+        np_json_string(&s, f->module_path);
+        np_str_appendf(&s, ",\"build_id\":\"%s\",\"offset\":\"0x%" PRIx64 "\"", f->build_id,
+                       f->module_offset);
+        if (f->src_file) {
+            np_str_append(&s, ",\"file\":");
+            np_json_string(&s, f->src_file);
+            np_str_appendf(&s, ",\"line\":%d", f->src_line);
+        }
+    }
+    append_location(out, np_str_cstr(&s));
+    np_str_free(&s);
+}
+
 /* "qualname (file.py:LINE)": the short file name in the folded text, the
  * full path in the detailed one. */
 static void append_python(struct np_target *t, const struct np_py_frame *f,
@@ -138,8 +165,17 @@ static void append_python(struct np_target *t, const struct np_py_frame *f,
         snprintf(text, sizeof(text), "[python code 0x%" PRIx64 "]", (uint64_t)f->code);
         append_frame(&out->folded, text);
         append_frame(&out->detailed, text);
+        append_location(&out->locations, "");
         return;
     }
+    struct np_str where;
+    np_str_init(&where);
+    np_str_append(&where, "\"file\":");
+    np_json_string(&where, loc.filename ? loc.filename : "?");
+    if (loc.line >= 0)
+        np_str_appendf(&where, ",\"line\":%d", loc.line);
+    append_location(&out->locations, np_str_cstr(&where));
+    np_str_free(&where);
     np_sanitize_frame(name, sizeof(name), loc.name, false);
     for (int detailed = 0; detailed < 2; detailed++) {
         const char *path = loc.filename ? loc.filename : "?";
@@ -170,10 +206,13 @@ static void append_native(struct np_target *t, const struct stack_input *in, uin
     }
     append_frame(&out->folded, name);
     append_frame(&out->detailed, name);
+    native_location(&out->locations, f);
     if (f && f->inlined && i > 0) {
         append_frame(&out->detailed, f->inlined);
         if (inline_folded)
             append_frame(&out->folded, f->inlined);
+        for (const char *p = f->inlined; p; p = strchr(p + 1, ';')) /* one per inlined frame */
+            native_location(&out->locations, f);
     }
 }
 
@@ -187,11 +226,13 @@ static void write_stack(struct np_ingest *ing, struct np_target *t, const struct
     plan_stack(t, in, ing->python_mode, &plan);
     np_str_reset(&out->folded);
     np_str_reset(&out->detailed);
+    np_str_reset(&out->locations);
     for (uint32_t k = plan.n; k-- > 0;) {
         const struct item *it = &plan.items[k];
         if (it->kind == ITEM_MARKER) {
             append_frame(&out->folded, it->marker);
             append_frame(&out->detailed, it->marker);
+            append_location(&out->locations, "");
         } else if (it->kind == ITEM_PYTHON) {
             append_python(t, &in->py[it->index], out);
         } else {
@@ -207,9 +248,9 @@ static void write_stack(struct np_ingest *ing, struct np_target *t, const struct
  * entries the cache starts over. */
 #define STACK_CACHE_MAX 65536
 
-struct cached_stack { /* one allocation: the key, then the two texts */
+struct cached_stack { /* one allocation: the key, then the three texts */
     size_t key_len;
-    const char *folded, *detailed;
+    const char *folded, *detailed, *locations;
     uint8_t key[];
 };
 
@@ -237,26 +278,30 @@ static void remember_stack(struct np_target *t, uint64_t hash, const uint8_t *ke
                            const struct np_stack_texts *texts) {
     if (t->stack_texts.count >= STACK_CACHE_MAX)
         np_target_forget_stacks(t);
-    size_t flen = texts->folded.len + 1, dlen = texts->detailed.len + 1;
-    struct cached_stack *c = malloc(sizeof(*c) + key_len + flen + dlen);
+    size_t flen = texts->folded.len + 1, dlen = texts->detailed.len + 1,
+           llen = texts->locations.len + 1;
+    struct cached_stack *c = malloc(sizeof(*c) + key_len + flen + dlen + llen);
     if (!c)
         return;
-    char *folded = (char *)c->key + key_len, *detailed = folded + flen;
+    char *folded = (char *)c->key + key_len, *detailed = folded + flen,
+         *locations = detailed + dlen;
     memcpy(folded, np_str_cstr(&texts->folded), flen);
     memcpy(detailed, np_str_cstr(&texts->detailed), dlen);
+    memcpy(locations, np_str_cstr(&texts->locations), llen);
     c->key_len = key_len;
     c->folded = folded;
     c->detailed = detailed;
+    c->locations = locations;
     memcpy(c->key, key, key_len);
     struct cached_stack *old = np_map_get_u64(&t->stack_texts, hash);
     if (old) /* a hash collision: the newer wins */
-        t->stack_text_bytes -=
-            sizeof(*old) + old->key_len + strlen(old->folded) + strlen(old->detailed) + 2;
+        t->stack_text_bytes -= sizeof(*old) + old->key_len + strlen(old->folded) +
+                               strlen(old->detailed) + strlen(old->locations) + 3;
     free(old);
     if (np_map_put_u64(&t->stack_texts, hash, c) < 0)
         free(c);
     else
-        t->stack_text_bytes += sizeof(*c) + key_len + flen + dlen;
+        t->stack_text_bytes += sizeof(*c) + key_len + flen + dlen + llen;
 }
 
 static void write_stack_cached(struct np_ingest *ing, struct np_target *t,
@@ -274,10 +319,12 @@ static void write_stack_cached(struct np_ingest *ing, struct np_target *t,
         np_str_append(&out->folded, c->folded);
         np_str_reset(&out->detailed);
         np_str_append(&out->detailed, c->detailed);
+        np_str_reset(&out->locations);
+        np_str_append(&out->locations, c->locations);
         return;
     }
     write_stack(ing, t, in, out);
-    if (!out->folded.failed && !out->detailed.failed)
+    if (!out->folded.failed && !out->detailed.failed && !out->locations.failed)
         remember_stack(t, hash, key, key_len, out);
 }
 

@@ -69,6 +69,8 @@ static void free_frame(void *p) {
     free((char *)f->name);
     free((char *)f->module);
     free((char *)f->module_path);
+    free((char *)f->build_id);
+    free((char *)f->src_file);
     free((char *)f->inlined);
     free(f);
 }
@@ -188,6 +190,31 @@ static char *inlined_frames(Dwfl_Module *mod, uint64_t pc) {
     return out.buf;
 }
 
+/* The module's GNU build id in hex ("" without one). */
+static char *build_id_of(Dwfl_Module *mod) {
+    const unsigned char *bits = NULL;
+    GElf_Addr vaddr;
+    int n = dwfl_module_build_id(mod, &bits, &vaddr);
+    char *hex = malloc(n > 0 ? (size_t)n * 2 + 1 : 1);
+    if (!hex)
+        return NULL;
+    hex[0] = '\0';
+    for (int i = 0; i < n; i++)
+        sprintf(hex + 2 * i, "%02x", bits[i]);
+    return hex;
+}
+
+/* pc's source file and line, where the module has a DWARF line table. */
+static void source_line(Dwfl_Module *mod, uint64_t pc, struct np_frame *f) {
+    Dwfl_Line *line = dwfl_module_getsrc(mod, pc);
+    int lineno = 0;
+    const char *file = line ? dwfl_lineinfo(line, NULL, &lineno, NULL, NULL, NULL) : NULL;
+    if (file && lineno > 0) {
+        f->src_file = strdup(file);
+        f->src_line = lineno;
+    }
+}
+
 static struct np_frame *resolve(struct np_symbolizer *s, uint64_t pc) {
     struct np_frame *f = calloc(1, sizeof(*f));
     if (!f)
@@ -205,6 +232,8 @@ static struct np_frame *resolve(struct np_symbolizer *s, uint64_t pc) {
     f->module = strdup(basename_of(mod_name ? mod_name : ""));
     f->module_path = strdup(mod_name ? mod_name : "");
     f->module_offset = pc - start;
+    f->build_id = build_id_of(mod);
+    source_line(mod, pc, f);
 
     GElf_Off offset = 0;
     GElf_Sym sym;
@@ -229,7 +258,7 @@ static struct np_frame *resolve(struct np_symbolizer *s, uint64_t pc) {
         f->name = strdup(buf);
     }
 out:
-    if (!f->name || !f->module || !f->module_path) {
+    if (!f->name || !f->module || !f->module_path || (mod && !f->build_id)) {
         free_frame(f);
         return NULL;
     }

@@ -16,8 +16,11 @@ struct np_frame {
     const char *name;        /* short demangled name, or "[module+0xoff]", or "[unknown]" */
     const char *module;      /* basename of the module, "" when unknown */
     const char *module_path; /* the module's path as the target maps it */
-    uint64_t module_offset;
-    bool known;          /* a symbol was found */
+    uint64_t module_offset;  /* pc - the module's load address */
+    const char *build_id;    /* hex GNU build id of the module, "" when it has none */
+    const char *src_file;    /* source file of pc (DWARF line table), NULL when unknown */
+    int src_line;            /* ... and its line, 0 when unknown */
+    bool known;              /* a symbol was found */
     const char *inlined; /* the functions inlined at this pc (DWARF scopes, where debug info is),
                             outermost first, as "f [inlined];g [inlined]"; NULL if none */
 };

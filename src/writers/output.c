@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "ingest/ingest.h"
 #include "lib/util.h"
 #include "writers/json.h"
 
@@ -127,8 +128,9 @@ static void bump(struct np_output *o, struct np_map *m, const char *key) {
 }
 
 /* The id of a (detailed) stack in stacks.jsonl; written there the first
- * time, with its folded form kept for launches.folded. */
-static uint64_t stack_id(struct np_output *o, const char *stack, const char *folded) {
+ * time, with its locations, and its folded form kept for launches.folded. */
+static uint64_t stack_id(struct np_output *o, const struct np_stack_texts *texts) {
+    const char *stack = np_str_cstr(&texts->detailed), *folded = np_str_cstr(&texts->folded);
     uintptr_t id = (uintptr_t)np_map_get_str(&o->stack_ids, stack);
     if (id)
         return id;
@@ -162,6 +164,8 @@ static uint64_t stack_id(struct np_output *o, const char *stack, const char *fol
         if (*p == ';')
             p++;
     }
+    np_str_append(&line, "],\"locations\":[");
+    np_str_append(&line, np_str_cstr(&texts->locations));
     np_str_append(&line, "]}\n");
     write_line(o, o->stacks_jsonl, &line);
     np_str_free(&line);
@@ -262,9 +266,11 @@ static void add_merged(struct np_output *o, uint64_t sid, const char *leaf, uint
         add_to(o, &o->merged_ns, np_str_cstr(s), ns);
 }
 
-uint64_t np_output_launch(struct np_output *o, const struct np_launch *l, const char *stack,
-                          const char *detailed, const char *kernel, struct np_str *held_json) {
-    uint64_t sid = stack_id(o, detailed, stack);
+uint64_t np_output_launch(struct np_output *o, const struct np_launch *l,
+                          const struct np_stack_texts *texts, const char *kernel,
+                          struct np_str *held_json) {
+    uint64_t sid = stack_id(o, texts);
+    const char *stack = np_str_cstr(&texts->folded);
     struct np_str *s = held_json ? held_json : &o->line;
     render_launch_json(s, l, kernel, sid);
     if (!held_json) {
@@ -407,9 +413,9 @@ void np_output_gpu_unmatched(struct np_output *o, const struct np_gpu_record *r)
     add_merged(o, 0, leaf, gpu_ns(r), true);
 }
 
-void np_output_nccl_op(struct np_output *o, const struct np_launch *l, const char *stack,
-                       const char *detailed) {
-    uint64_t sid = stack_id(o, detailed, stack);
+void np_output_nccl_op(struct np_output *o, const struct np_launch *l,
+                       const struct np_stack_texts *stack) {
+    uint64_t sid = stack_id(o, stack);
     struct np_str *s = &o->line;
     int size = np_nccl_datatype_size(l->datatype);
 

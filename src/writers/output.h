@@ -33,11 +33,13 @@ int np_output_open(const char *dir, struct np_output **out);
  * daemon's always-on mode, whose memory and disk do not grow per launch. */
 #define NP_OUTPUT_AGGREGATE 1u
 int np_output_open_flags(const char *dir, unsigned flags, struct np_output **out);
-/* stack: the root-first native frames joined by ';' (may be ""), for the
- * folded outputs; detailed: the same with inlined frames, for stacks.jsonl
+/* stack: the launch's stack texts (ingest.h): folded for the folded
+ * outputs; detailed (with inlined frames) and locations for stacks.jsonl
  * (stack_id refers to it). */
-uint64_t np_output_launch(struct np_output *o, const struct np_launch *l, const char *stack,
-                          const char *detailed, const char *kernel, struct np_str *held_json);
+struct np_stack_texts;
+uint64_t np_output_launch(struct np_output *o, const struct np_launch *l,
+                          const struct np_stack_texts *stack, const char *kernel,
+                          struct np_str *held_json);
 /* With held_json, np_output_launch renders the launches.jsonl object there
  * (without its closing brace) instead of writing it, and leaves the
  * merged.folded counts alone: the GPU join completes the launch and hands
@@ -46,8 +48,8 @@ void np_output_gpu_launch(struct np_output *o, const struct np_gpu_launch *gl,
                           enum np_gpu_status status);
 /* GPU work no launch claimed: under "[no launch stack]" in merged.*. */
 void np_output_gpu_unmatched(struct np_output *o, const struct np_gpu_record *r);
-void np_output_nccl_op(struct np_output *o, const struct np_launch *l, const char *stack,
-                       const char *detailed);
+void np_output_nccl_op(struct np_output *o, const struct np_launch *l,
+                       const struct np_stack_texts *stack);
 /* Flushes everything written so far (stream files stay usable). */
 void np_output_flush(struct np_output *o);
 /* Writes launches.folded, closes every file; returns the first error. */

@@ -1,0 +1,65 @@
+/* formats.c - the --format list and the derived writers it runs (see
+ * formats.h). */
+#include "writers/formats.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lib/util.h"
+#include "writers/flamegraph.h"
+#include "writers/perfetto.h"
+#include "writers/pprof.h"
+
+static const struct {
+    const char *name;
+    unsigned bits;
+} names[] = {
+    {"pprof", NP_FORMAT_PPROF},
+    {"perfetto", NP_FORMAT_PERFETTO},
+    {"svg", NP_FORMAT_SVG},
+    {"all", NP_FORMAT_ALL},
+    {"none", 0},
+    {"folded", 0},
+    {"jsonl", 0},
+};
+
+int np_formats_parse(const char *list, unsigned *out, char *err, size_t errlen) {
+    unsigned bits = 0;
+    const char *p = list;
+    while (*p) {
+        size_t n = strcspn(p, ", \t");
+        if (n) {
+            size_t i = 0;
+            while (i < NP_ARRAY_SIZE(names) &&
+                   !(strlen(names[i].name) == n && strncmp(names[i].name, p, n) == 0))
+                i++;
+            if (i == NP_ARRAY_SIZE(names)) {
+                snprintf(err, errlen, "unknown format '%.*s' (%s)", (int)n, p, NP_FORMATS_HELP);
+                return -EINVAL;
+            }
+            bits |= names[i].bits;
+        }
+        p += n;
+        p += strspn(p, ", \t");
+    }
+    *out = bits;
+    return 0;
+}
+
+static int note(const char *dir, const char *what, int err, int first) {
+    if (err && err != -ENOENT)
+        np_warn("%s: cannot write %s: %s", dir, what, strerror(-err));
+    return first ? first : (err == -ENOENT ? 0 : err);
+}
+
+int np_formats_write(const char *dir, unsigned formats) {
+    int first = 0;
+    if (formats & NP_FORMAT_SVG)
+        first = note(dir, "the flame graphs", np_write_flamegraphs(dir), first);
+    if (formats & NP_FORMAT_PPROF)
+        first = note(dir, "profile.pb.gz", np_write_pprof(dir), first);
+    if (formats & NP_FORMAT_PERFETTO)
+        first = note(dir, "trace.json", np_write_trace_json(dir), first);
+    return first;
+}

@@ -1,0 +1,1115 @@
+/* pprof.c - writes profile.pb.gz (pprof.h). The recording's files are read
+ * into deduplicated tables (strings, functions, mappings, locations,
+ * samples, each with a hash index, so memory grows with distinct stacks and
+ * labels, not with launches); the tables then fill protobuf-c's generated
+ * structs (profile.pb-c.h, from src/writers/profile.proto), which are packed
+ * straight into a gzip stream. Every string goes through np_utf8_clean():
+ * protobuf strings must be valid UTF-8 for Go's decoder. */
+#define _GNU_SOURCE
+#include "writers/pprof.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <zlib.h>
+
+#include "lib/hashmap.h"
+#include "lib/strtab.h"
+#include "lib/util.h"
+#include "profile.pb-c.h"
+#include "report/jsonl.h"
+#include "writers/json.h"
+
+typedef Perftools__Profiles__Function pp_function;
+typedef Perftools__Profiles__Mapping pp_mapping;
+typedef Perftools__Profiles__Location pp_location;
+typedef Perftools__Profiles__Line pp_line;
+typedef Perftools__Profiles__Sample pp_sample;
+typedef Perftools__Profiles__Label pp_label;
+typedef Perftools__Profiles__ValueType pp_value_type;
+
+#define NCCL_PREFIX "[NCCL]"
+#define INLINED_SUFFIX " [inlined]"
+#define NO_LAUNCH_STACK "[no launch stack]"
+#define MAX_LABELS 6
+#define MAX_SAID 5 /* malformed lines said one by one; the rest only counted */
+
+/* A sample's labels: numbers < 0 and string ids 0 are absent. */
+struct labels {
+    int64_t pid, tid;
+    int64_t comm, kernel, nccl_op, comm_hash;
+};
+
+struct sample {
+    uint64_t *locs; /* location ids, leaf first */
+    size_t nlocs;
+    struct labels labels;
+    int64_t count, gpu_ns;
+};
+
+/* A stack of stacks.jsonl (or one folded line), resolved. */
+struct stack {
+    uint64_t *locs; /* leaf first */
+    size_t nlocs;
+    int64_t nccl_op; /* the [NCCL] frame's op types (string id), 0 when none */
+};
+
+/* One frame of a stack, parsed. */
+struct frame {
+    uint64_t function;
+    int64_t line;
+    uint64_t mapping; /* 0: none */
+    uint64_t address;
+    bool inlined;
+};
+
+struct builder {
+    const char *dir;
+    struct np_strtab strings;
+    struct np_map fn_index, map_index, loc_index, sample_index;
+    struct np_map stacks; /* stack_id -> struct stack */
+    pp_function *fns;
+    size_t nfns, fns_cap;
+    pp_mapping *maps;
+    size_t nmaps, maps_cap;
+    pp_location *locs;
+    size_t nlocs, locs_cap;
+    struct sample *samples;
+    size_t nsamples, samples_cap;
+    struct np_str key, text; /* scratch */
+    struct stack no_launch_stack;
+    struct labels set_labels; /* folded input: the set's process */
+    bool have_gpu;
+    uint64_t first_ts, last_ts; /* data times (CLOCK_MONOTONIC) */
+    int64_t start_unix_ns, meta_duration_ns;
+    const char *source;
+    size_t skipped, unknown_stacks;
+};
+
+/* ---- tables ------------------------------------------------------------- */
+
+/* The string table index of len bytes of text made valid UTF-8: > 0 (0 for
+ * ""), or -errno. */
+static int64_t str_id_n(struct builder *b, const char *text, size_t len) {
+    if (!text || !len)
+        return 0;
+    char *raw = strndup(text, len);
+    char *clean = raw ? np_utf8_clean(raw) : NULL;
+    free(raw);
+    if (!clean)
+        return -ENOMEM;
+    uint32_t id;
+    int err = np_strtab_intern(&b->strings, clean, &id);
+    free(clean);
+    return err ? err : (int64_t)id;
+}
+
+static int64_t str_id(struct builder *b, const char *text) {
+    return str_id_n(b, text, text ? strlen(text) : 0);
+}
+
+/* Looks key (b->key) up in index: its id, 0 when absent, -ENOMEM. */
+static int64_t lookup(struct builder *b, const struct np_map *index) {
+    if (b->key.failed)
+        return -ENOMEM;
+    return (int64_t)(uintptr_t)np_map_get_str(index, np_str_cstr(&b->key));
+}
+
+static int64_t function_id(struct builder *b, int64_t name, int64_t file) {
+    np_str_reset(&b->key);
+    np_str_appendf(&b->key, "%" PRId64 ",%" PRId64, name, file);
+    int64_t id = lookup(b, &b->fn_index);
+    if (id)
+        return id;
+    pp_function *fns = np_grow_array(b->fns, &b->fns_cap, b->nfns + 1, sizeof(*fns));
+    if (!fns)
+        return -ENOMEM;
+    b->fns = fns;
+    pp_function *f = &fns[b->nfns];
+    perftools__profiles__function__init(f);
+    f->id = b->nfns + 1;
+    f->name = name; /* system_name stays "": see pprof.h */
+    f->filename = file;
+    int err = np_map_put_str(&b->fn_index, np_str_cstr(&b->key), (void *)(uintptr_t)f->id);
+    if (err)
+        return err;
+    b->nfns++;
+    return (int64_t)f->id;
+}
+
+static int64_t mapping_id(struct builder *b, const char *module, const char *build_id) {
+    int64_t file = str_id(b, module), build = str_id(b, build_id);
+    if (file < 0 || build < 0)
+        return -ENOMEM;
+    np_str_reset(&b->key);
+    np_str_appendf(&b->key, "%" PRId64 ",%" PRId64, file, build);
+    int64_t id = lookup(b, &b->map_index);
+    if (id)
+        return id;
+    pp_mapping *maps = np_grow_array(b->maps, &b->maps_cap, b->nmaps + 1, sizeof(*maps));
+    if (!maps)
+        return -ENOMEM;
+    b->maps = maps;
+    pp_mapping *m = &maps[b->nmaps];
+    perftools__profiles__mapping__init(m);
+    m->id = b->nmaps + 1;
+    m->filename = file;
+    m->build_id = build;
+    m->has_functions = true; /* every frame has a name: pprof must not symbolize */
+    int err = np_map_put_str(&b->map_index, np_str_cstr(&b->key), (void *)(uintptr_t)m->id);
+    if (err)
+        return err;
+    b->nmaps++;
+    return (int64_t)m->id;
+}
+
+/* What a location's lines say about its mapping. */
+static void note_mapping(struct builder *b, const pp_location *l) {
+    pp_mapping *m = &b->maps[l->mapping_id - 1];
+    if (l->address >= m->memory_limit)
+        m->memory_limit = l->address + 1;
+    m->has_inline_frames |= l->n_line > 1;
+    for (size_t i = 0; i < l->n_line; i++) {
+        m->has_filenames |= b->fns[l->line[i]->function_id - 1].filename != 0;
+        m->has_line_numbers |= l->line[i]->line > 0;
+    }
+}
+
+static void location_key(struct builder *b, const struct frame *group, size_t n,
+                         const struct frame *at) {
+    np_str_reset(&b->key);
+    np_str_appendf(&b->key, "%" PRIu64 "@%" PRIx64, at->mapping, at->address);
+    for (size_t i = n; i-- > 0;)
+        np_str_appendf(&b->key, ",%" PRIu64 ":%" PRId64, group[i].function, group[i].line);
+}
+
+/* The location of a frame and the frames inlined into it (group[0] the
+ * frame, group[1..n) inlined, outermost first): pprof lists the innermost
+ * line first. Its mapping and address are the first the group knows. */
+static int64_t location_id(struct builder *b, const struct frame *group, size_t n) {
+    const struct frame *at = group;
+    for (size_t i = 0; i < n && !at->mapping; i++)
+        at = &group[i];
+    location_key(b, group, n, at);
+    int64_t id = lookup(b, &b->loc_index);
+    if (id)
+        return id;
+    pp_location *locs = np_grow_array(b->locs, &b->locs_cap, b->nlocs + 1, sizeof(*locs));
+    pp_line **lines = malloc(n * (sizeof(*lines) + sizeof(**lines)));
+    if (locs)
+        b->locs = locs;
+    if (!locs || !lines) {
+        free(lines);
+        return -ENOMEM;
+    }
+    pp_line *line = (pp_line *)(lines + n);
+    for (size_t i = 0; i < n; i++) {
+        perftools__profiles__line__init(&line[i]);
+        line[i].function_id = group[n - 1 - i].function;
+        line[i].line = group[n - 1 - i].line;
+        lines[i] = &line[i];
+    }
+    pp_location *l = &locs[b->nlocs];
+    perftools__profiles__location__init(l);
+    *l = (pp_location){.base = l->base,
+                       .id = b->nlocs + 1,
+                       .mapping_id = at->mapping,
+                       .address = at->mapping ? at->address : 0,
+                       .n_line = n,
+                       .line = lines};
+    int err = np_map_put_str(&b->loc_index, np_str_cstr(&b->key), (void *)(uintptr_t)l->id);
+    if (err) {
+        free(lines);
+        return err;
+    }
+    b->nlocs++;
+    if (l->mapping_id)
+        note_mapping(b, l);
+    return (int64_t)l->id;
+}
+
+/* ---- frames --------------------------------------------------------------- */
+
+/* Whether the brackets (<>, ()) of len bytes at text pair up: a C++ name
+ * whose template arguments hold a function type ("f<void ()>") does, but a
+ * piece of it cut at " (" does not. */
+static bool balanced(const char *text, size_t len) {
+    long angle = 0, paren = 0;
+    for (size_t i = 0; i < len && angle >= 0 && paren >= 0; i++) {
+        angle += (text[i] == '<') - (text[i] == '>');
+        paren += (text[i] == '(') - (text[i] == ')');
+    }
+    return angle == 0 && paren == 0;
+}
+
+/* "qualname (file.py:LINE)" or "qualname (file.py)": its parts; false for
+ * any other frame. */
+static bool python_frame(const char *text, size_t len, size_t *qual_len, const char **file,
+                         size_t *file_len, int64_t *line) {
+    if (len < 5 || text[0] == '[' || text[len - 1] != ')')
+        return false;
+    size_t open = len - 1;
+    while (open > 0 && !(text[open - 1] == ' ' && text[open] == '('))
+        open--;
+    if (open < 2)
+        return false;
+    const char *name = text + open + 1;
+    size_t name_len = len - open - 2;
+    const char *colon = memrchr(name, ':', name_len);
+    *line = 0;
+    if (colon) {
+        const char *digits = colon + 1, *end = text + len - 1;
+        size_t n = (size_t)(end - digits), sign = n > 0 && *digits == '-';
+        if (n > sign && strspn(digits + sign, "0123456789") == n - sign) {
+            *line = strtoll(digits, NULL, 10);
+            name_len = (size_t)(colon - name);
+        }
+    }
+    if (!name_len || !balanced(text, open - 1) || !balanced(name, name_len))
+        return false;
+    *qual_len = open - 1;
+    *file = name;
+    *file_len = name_len;
+    return true;
+}
+
+/* The frame's function: its name and file, and its line. */
+static int64_t frame_function(struct builder *b, const char *text, const cJSON *loc,
+                              struct frame *f) {
+    size_t len = strlen(text), suffix = strlen(INLINED_SUFFIX);
+    f->inlined = len > suffix && strcmp(text + len - suffix, INLINED_SUFFIX) == 0;
+    if (f->inlined)
+        len -= suffix;
+    const char *file = NULL, *loc_file = NULL;
+    size_t file_len = 0;
+    uint64_t loc_line = 0;
+    bool native = loc && cJSON_GetObjectItemCaseSensitive(loc, "module");
+    if (!f->inlined && !native) /* a Python frame: len becomes its qualname's */
+        python_frame(text, len, &len, &file, &file_len, &f->line);
+    if (loc && np_json_str(loc, "file", &loc_file) == 0) {
+        file = loc_file;
+        file_len = strlen(loc_file);
+    }
+    if (loc && np_json_u64(loc, "line", &loc_line) == 0 && loc_line <= INT64_MAX)
+        f->line = (int64_t)loc_line;
+    int64_t name = str_id_n(b, text, len), fname = str_id_n(b, file, file_len);
+    if (name < 0 || fname < 0)
+        return -ENOMEM;
+    return function_id(b, name, fname);
+}
+
+static int parse_frame(struct builder *b, const char *text, const cJSON *loc, struct frame *f) {
+    memset(f, 0, sizeof(*f));
+    int64_t fn = frame_function(b, text, loc, f);
+    if (fn < 0)
+        return (int)fn;
+    f->function = (uint64_t)fn;
+    const char *module, *build_id = NULL, *offset;
+    if (!loc || np_json_str(loc, "module", &module) != 0 || !*module)
+        return 0;
+    if (np_json_str(loc, "build_id", &build_id) != 0)
+        build_id = NULL;
+    int64_t m = mapping_id(b, module, build_id);
+    if (m < 0)
+        return (int)m;
+    f->mapping = (uint64_t)m;
+    if (np_json_str(loc, "offset", &offset) == 0)
+        f->address = strtoull(offset, NULL, 16);
+    return 0;
+}
+
+/* The "locations" entries of a stacks.jsonl object, one per frame, or all
+ * NULL when it has none (or not as many as frames). */
+static void frame_locations(const cJSON *locations, const cJSON **out, size_t n) {
+    memset(out, 0, n * sizeof(*out));
+    if (!cJSON_IsArray(locations) || (size_t)cJSON_GetArraySize(locations) != n)
+        return;
+    size_t i = 0;
+    for (const cJSON *l = locations->child; l && i < n; l = l->next, i++)
+        out[i] = cJSON_IsObject(l) ? l : NULL;
+}
+
+static void reverse(uint64_t *a, size_t n) {
+    for (size_t i = 0; i < n / 2; i++) {
+        uint64_t t = a[i];
+        a[i] = a[n - 1 - i];
+        a[n - 1 - i] = t;
+    }
+}
+
+/* Frames (root first) into locations (leaf first), each frame grouped with
+ * the frames inlined into it. */
+static int resolve_frames(struct builder *b, const char *const *frames, const cJSON **locs,
+                          size_t n, struct stack *s) {
+    struct frame *f = calloc(n ? n : 1, sizeof(*f));
+    s->locs = calloc(n ? n : 1, sizeof(*s->locs));
+    int err = f && s->locs ? 0 : -ENOMEM;
+    for (size_t i = 0; i < n && !err; i++)
+        err = parse_frame(b, frames[i], locs ? locs[i] : NULL, &f[i]);
+    for (size_t i = 0; i < n && !err;) {
+        size_t j = i + 1;
+        while (j < n && f[j].inlined)
+            j++;
+        int64_t id = location_id(b, &f[i], j - i);
+        if (id < 0)
+            err = (int)id;
+        else
+            s->locs[s->nlocs++] = (uint64_t)id;
+        i = j;
+    }
+    for (size_t i = n; i-- > 0 && !err && !s->nccl_op;)
+        if (strncmp(frames[i], NCCL_PREFIX, strlen(NCCL_PREFIX)) == 0) {
+            s->nccl_op = str_id(b, frames[i] + strlen(NCCL_PREFIX));
+            err = s->nccl_op < 0 ? (int)s->nccl_op : 0;
+        }
+    free(f);
+    reverse(s->locs, s->nlocs);
+    return err;
+}
+
+/* A synthetic leaf frame ([GPU_Kernel]K, ...): its location. */
+static int64_t leaf_location(struct builder *b, const char *text) {
+    struct frame f = {0};
+    int64_t name = str_id(b, text);
+    int64_t fn = name < 0 ? name : function_id(b, name, 0);
+    if (fn < 0)
+        return fn;
+    f.function = (uint64_t)fn;
+    return location_id(b, &f, 1);
+}
+
+/* ---- samples ------------------------------------------------------------ */
+
+static void sample_key(struct builder *b, int64_t leaf, const struct stack *s,
+                       const struct labels *l) {
+    np_str_reset(&b->key);
+    np_str_appendf(&b->key, "%" PRId64, leaf);
+    for (size_t i = 0; i < s->nlocs; i++)
+        np_str_appendf(&b->key, ",%" PRIu64, s->locs[i]);
+    np_str_appendf(&b->key, "|%" PRId64 "|%" PRId64 "|%" PRId64 "|%" PRId64 "|%" PRId64 "|%" PRId64,
+                   l->pid, l->tid, l->comm, l->kernel, l->nccl_op, l->comm_hash);
+}
+
+/* Adds values to the sample of (leaf location or 0, stack, labels). */
+static int add_sample(struct builder *b, int64_t leaf, const struct stack *s,
+                      const struct labels *l, int64_t count, int64_t gpu_ns) {
+    if (!count && !gpu_ns)
+        return 0;
+    sample_key(b, leaf, s, l);
+    int64_t id = lookup(b, &b->sample_index);
+    if (id < 0)
+        return (int)id;
+    if (!id) {
+        struct sample *all =
+            np_grow_array(b->samples, &b->samples_cap, b->nsamples + 1, sizeof(*all));
+        if (!all)
+            return -ENOMEM;
+        b->samples = all;
+        struct sample *x = &all[b->nsamples];
+        *x = (struct sample){.labels = *l};
+        x->locs = malloc((s->nlocs + 1) * sizeof(*x->locs));
+        if (!x->locs)
+            return -ENOMEM;
+        if (leaf)
+            x->locs[x->nlocs++] = (uint64_t)leaf;
+        if (s->nlocs)
+            memcpy(x->locs + x->nlocs, s->locs, s->nlocs * sizeof(*s->locs));
+        x->nlocs += s->nlocs;
+        id = (int64_t)++b->nsamples;
+        int err = np_map_put_str(&b->sample_index, np_str_cstr(&b->key), (void *)(uintptr_t)id);
+        if (err)
+            return err;
+    }
+    b->samples[id - 1].count += count;
+    b->samples[id - 1].gpu_ns += gpu_ns;
+    return 0;
+}
+
+static int add_leaf_sample(struct builder *b, const char *leaf, const struct stack *s,
+                           const struct labels *l, int64_t count, int64_t gpu_ns) {
+    int64_t loc = leaf_location(b, leaf);
+    return loc < 0 ? (int)loc : add_sample(b, loc, s, l, count, gpu_ns);
+}
+
+/* ---- JSON Lines input ------------------------------------------------------ */
+
+typedef int (*line_fn)(struct builder *b, const struct np_jsonl *r, const cJSON *o);
+
+/* Calls fn on each object of DIR/NAME; malformed lines are counted and
+ * skipped. 0, -ENOENT when the file is not there (nothing said), -errno. */
+static int each_line(struct builder *b, const char *name, line_fn fn) {
+    struct np_jsonl r;
+    int err = np_jsonl_open(&r, b->dir, name);
+    cJSON *o;
+    while (!err && (err = np_jsonl_next(&r, &o)) != 0) {
+        if (err > 0) {
+            err = fn(b, &r, o);
+            cJSON_Delete(o);
+        }
+        if (err == -EBADMSG) {
+            b->skipped++;
+            err = 0;
+        }
+    }
+    np_jsonl_close(&r);
+    return err;
+}
+
+static int read_stack(struct builder *b, const struct np_jsonl *r, const cJSON *o) {
+    uint64_t id;
+    if (np_json_u64(o, "stack_id", &id) != 0)
+        return np_jsonl_error(r, "\"stack_id\" is missing or not an integer");
+    const cJSON *frames = cJSON_GetObjectItemCaseSensitive(o, "frames");
+    if (!cJSON_IsArray(frames))
+        return np_jsonl_error(r, "\"frames\" is missing or not an array");
+    if (np_map_get_u64(&b->stacks, id))
+        return np_jsonl_error(r, "stack_id %" PRIu64 " appears a second time", id);
+    size_t n = (size_t)cJSON_GetArraySize(frames), i = 0;
+    const char **names = calloc(n ? n : 1, sizeof(*names));
+    const cJSON **locs = calloc(n ? n : 1, sizeof(*locs));
+    struct stack *s = calloc(1, sizeof(*s));
+    int err = names && locs && s ? 0 : -ENOMEM;
+    for (const cJSON *f = frames->child; f && !err; f = f->next, i++)
+        names[i] = cJSON_IsString(f) ? f->valuestring : "[not a string]";
+    if (!err) {
+        frame_locations(cJSON_GetObjectItemCaseSensitive(o, "locations"), locs, n);
+        err = resolve_frames(b, names, locs, n, s);
+    }
+    if (!err)
+        err = np_map_put_u64(&b->stacks, id, s);
+    if (err && s)
+        free(s->locs);
+    if (err)
+        free(s);
+    free(names);
+    free(locs);
+    return err;
+}
+
+/* The op types of a launch's "nccl" plan, different ones joined with '+'
+ * (as the [NCCL] frame names them): a string id, 0 when none. */
+static int64_t plan_ops(struct builder *b, const cJSON *nccl) {
+    const cJSON *ops = cJSON_GetObjectItemCaseSensitive(nccl, "ops");
+    struct np_str *t = &b->text;
+    np_str_reset(t);
+    for (const cJSON *op = cJSON_IsArray(ops) ? ops->child : NULL; op; op = op->next) {
+        const char *name;
+        if (np_json_str(op, "op", &name) != 0 || !*name)
+            continue;
+        bool seen = false;
+        for (const cJSON *p = ops->child; p != op && !seen; p = p->next) {
+            const char *prev;
+            seen = np_json_str(p, "op", &prev) == 0 && strcmp(prev, name) == 0;
+        }
+        if (!seen)
+            np_str_appendf(t, "%s%s", t->len ? "+" : "", name);
+    }
+    return t->failed ? -ENOMEM : str_id(b, np_str_cstr(t));
+}
+
+static int launch_labels(struct builder *b, const cJSON *o, const struct stack *s,
+                         struct labels *l) {
+    uint64_t v;
+    const char *text = NULL;
+    *l = (struct labels){.pid = -1, .tid = -1};
+    if (np_json_u64(o, "pid", &v) == 0 && v <= INT64_MAX)
+        l->pid = (int64_t)v;
+    if (np_json_u64(o, "tid", &v) == 0 && v <= INT64_MAX)
+        l->tid = (int64_t)v;
+    l->comm = np_json_str(o, "comm", &text) == 0 ? str_id(b, text) : 0;
+    l->kernel = np_json_str(o, "kernel", &text) == 0 ? str_id(b, text) : 0;
+    l->nccl_op = s->nccl_op;
+    const cJSON *nccl = cJSON_GetObjectItemCaseSensitive(o, "nccl");
+    if (cJSON_IsObject(nccl)) {
+        if (!l->nccl_op)
+            l->nccl_op = plan_ops(b, nccl);
+        l->comm_hash = np_json_str(nccl, "comm_hash", &text) == 0 ? str_id(b, text) : 0;
+    }
+    return l->comm < 0 || l->kernel < 0 || l->nccl_op < 0 || l->comm_hash < 0 ? -ENOMEM : 0;
+}
+
+/* A GPU record's leaf (into b->text) and its duration. */
+static int gpu_record(struct builder *b, const struct np_jsonl *r, const cJSON *g, int64_t *ns) {
+    const char *type, *name = "", *kind = "";
+    uint64_t start, end = 0;
+    if (!cJSON_IsObject(g) || np_json_str(g, "type", &type) != 0 ||
+        np_json_u64(g, "start_ns", &start) != 0)
+        return np_jsonl_error(r, "a GPU record without \"type\" or \"start_ns\"");
+    if (np_json_u64(g, "end_ns", &end) != 0 || end < start)
+        end = start;
+    *ns = (int64_t)(end - start);
+    b->have_gpu = true;
+    if (end > b->last_ts)
+        b->last_ts = end;
+    np_str_reset(&b->text);
+    if (strcmp(type, "kernel") == 0) {
+        np_json_str(g, "name", &name);
+        np_str_appendf(&b->text, "[GPU_Kernel]%s", name);
+    } else if (strcmp(type, "memcpy") == 0) {
+        np_json_str(g, "copy_kind", &kind);
+        np_str_appendf(&b->text, "[GPU_Memcpy]%s", kind);
+    } else if (strcmp(type, "memset") == 0) {
+        np_str_append(&b->text, "[GPU_Memset]");
+    } else {
+        np_str_appendf(&b->text, "[GPU_%s]", type);
+    }
+    return b->text.failed ? -ENOMEM : 0;
+}
+
+static int cpu_leaf(struct builder *b, const cJSON *o, const struct stack *s,
+                    const struct labels *l, int64_t count) {
+    const char *kernel = "[unknown]";
+    np_json_str(o, "kernel", &kernel);
+    np_str_reset(&b->text);
+    np_str_appendf(&b->text, "[GPU_Kernel]%s", kernel);
+    if (b->text.failed)
+        return -ENOMEM;
+    return add_leaf_sample(b, np_str_cstr(&b->text), s, l, count, 0);
+}
+
+/* The launch's samples: under its one GPU record, or counted under the CPU
+ * side's kernel with each record's time under the record. */
+static int launch_samples(struct builder *b, const struct np_jsonl *r, const cJSON *o,
+                          const struct stack *s, const struct labels *l) {
+    const char *status = "";
+    np_json_str(o, "gpu_status", &status);
+    if (strcmp(status, "pending") == 0)
+        return add_leaf_sample(b, "[GPU_Launch_Pending]", s, l, 1, 0);
+    const cJSON *gpu = cJSON_GetObjectItemCaseSensitive(o, "gpu");
+    int n = cJSON_IsArray(gpu) ? cJSON_GetArraySize(gpu) : 0, err = 0;
+    if (n != 1)
+        err = cpu_leaf(b, o, s, l, 1);
+    for (const cJSON *g = n ? gpu->child : NULL; g && !err; g = g->next) {
+        int64_t ns;
+        err = gpu_record(b, r, g, &ns);
+        if (!err)
+            err = add_leaf_sample(b, np_str_cstr(&b->text), s, l, n == 1, ns);
+    }
+    return err;
+}
+
+static int read_launch(struct builder *b, const struct np_jsonl *r, const cJSON *o) {
+    bool nested = false;
+    uint64_t id, ts;
+    if (np_json_bool(o, "nested", &nested) == 0 && nested)
+        return 0; /* part of the launch around it */
+    if (np_json_u64(o, "stack_id", &id) != 0)
+        return np_jsonl_error(r, "\"stack_id\" is missing or not an integer");
+    struct stack empty = {0};
+    const struct stack *s = np_map_get_u64(&b->stacks, id);
+    if (!s) {
+        b->unknown_stacks++;
+        s = &empty;
+    }
+    if (np_json_u64(o, "ts_ns", &ts) == 0) {
+        if (ts < b->first_ts)
+            b->first_ts = ts;
+        if (ts > b->last_ts)
+            b->last_ts = ts;
+    }
+    struct labels l;
+    int err = launch_labels(b, o, s, &l);
+    return err ? err : launch_samples(b, r, o, s, &l);
+}
+
+/* gpu_unmatched.jsonl: GPU time under "[no launch stack]", no launch counted. */
+static int read_unmatched(struct builder *b, const struct np_jsonl *r, const cJSON *o) {
+    struct stack *s = &b->no_launch_stack;
+    if (!s->locs) {
+        const char *frame = NO_LAUNCH_STACK;
+        int err = resolve_frames(b, &frame, NULL, 1, s);
+        if (err)
+            return err;
+    }
+    const struct labels none = {.pid = -1, .tid = -1};
+    int64_t ns;
+    int err = gpu_record(b, r, o, &ns);
+    return err ? err : add_leaf_sample(b, np_str_cstr(&b->text), s, &none, 0, ns);
+}
+
+/* ---- folded input (daemon aggregate sets) ---------------------------------- */
+
+/* One "frame;frame;...;leaf VALUE" line (modified in place). */
+static int folded_line(struct builder *b, char *line, bool gpu_ns) {
+    line[strcspn(line, "\r\n")] = '\0';
+    char *space = strrchr(line, ' ');
+    uint64_t value;
+    if (!space || space == line || np_parse_u64(space + 1, 0, INT64_MAX, &value) != 0)
+        return -EBADMSG;
+    *space = '\0';
+    size_t n = 1;
+    for (const char *p = line; *p; p++)
+        n += *p == ';';
+    const char **frames = calloc(n, sizeof(*frames));
+    if (!frames)
+        return -ENOMEM;
+    n = 0;
+    for (char *p = line, *f; (f = strsep(&p, ";"));)
+        frames[n++] = f;
+    struct stack s = {0};
+    int err = resolve_frames(b, frames, NULL, n, &s);
+    if (!err)
+        err = add_sample(b, 0, &s, &b->set_labels, gpu_ns ? 0 : (int64_t)value,
+                         gpu_ns ? (int64_t)value : 0);
+    b->have_gpu |= gpu_ns && value;
+    free(s.locs);
+    free(frames);
+    return err;
+}
+
+static int read_folded_file(struct builder *b, const char *path, bool gpu_ns) {
+    char *line = NULL;
+    size_t cap = 0;
+    FILE *f = fopen(path, "re");
+    int err = f ? 0 : -errno;
+    for (long n = 1; f && !err && getline(&line, &cap, f) >= 0; n++) {
+        if (line[strspn(line, " \t\r\n")] == '\0')
+            continue;
+        err = folded_line(b, line, gpu_ns);
+        if (err == -EBADMSG && b->skipped++ < MAX_SAID)
+            np_warn("%s:%ld: not a \"frame;...;frame COUNT\" line", path, n);
+        if (err == -EBADMSG)
+            err = 0;
+    }
+    if (f && !err && ferror(f))
+        err = -EIO;
+    if (f)
+        fclose(f);
+    free(line);
+    return err;
+}
+
+static int read_folded(struct builder *b, const char *name, bool gpu_ns) {
+    char *path = NULL;
+    if (asprintf(&path, "%s/%s", b->dir, name) < 0)
+        return -ENOMEM;
+    int err = read_folded_file(b, path, gpu_ns);
+    free(path);
+    return err;
+}
+
+/* ---- summary.json / window.json ------------------------------------------- */
+
+static cJSON *read_json(const struct builder *b, const char *name) {
+    char *path = NULL, *text = NULL;
+    if (asprintf(&path, "%s/%s", b->dir, name) < 0)
+        return NULL;
+    cJSON *root = np_read_file(path, &text, NULL) == 0 ? cJSON_Parse(text) : NULL;
+    free(text);
+    free(path);
+    return root;
+}
+
+static double number(const cJSON *o, const char *key) {
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(item) && item->valuedouble > 0 ? item->valuedouble : 0;
+}
+
+/* The process of a set (window.json) or of a one-target recording. */
+static int process_labels(struct builder *b, const cJSON *proc) {
+    const cJSON *comm = cJSON_GetObjectItemCaseSensitive(proc, "comm");
+    double pid = number(proc, "pid");
+    if (pid > 0)
+        b->set_labels.pid = (int64_t)pid;
+    if (cJSON_IsString(comm))
+        b->set_labels.comm = str_id(b, comm->valuestring);
+    return b->set_labels.comm < 0 ? -ENOMEM : 0;
+}
+
+static int read_meta(struct builder *b) {
+    int err = 0;
+    cJSON *window = read_json(b, "window.json");
+    cJSON *summary = window ? NULL : read_json(b, "summary.json");
+    if (window) {
+        const cJSON *w = cJSON_GetObjectItemCaseSensitive(window, "window");
+        double start = number(w, "start_unix_ns"), end = number(w, "end_unix_ns");
+        b->start_unix_ns = (int64_t)start;
+        b->meta_duration_ns = end > start ? (int64_t)(end - start) : 0;
+        err = process_labels(b, cJSON_GetObjectItemCaseSensitive(window, "process"));
+    } else if (summary) {
+        const cJSON *targets = cJSON_GetObjectItemCaseSensitive(summary, "targets");
+        b->start_unix_ns = (int64_t)number(summary, "start_time_unix_ns");
+        b->meta_duration_ns = (int64_t)(number(summary, "duration_s") * 1e9);
+        if (cJSON_GetArraySize(targets) == 1)
+            err = process_labels(b, cJSON_GetArrayItem(targets, 0));
+    }
+    cJSON_Delete(window);
+    cJSON_Delete(summary);
+    return err;
+}
+
+/* ---- loading -------------------------------------------------------------- */
+
+static int load_launches(struct builder *b) {
+    int err = each_line(b, "stacks.jsonl", read_stack);
+    if (err == -ENOENT)
+        np_warn("%s/stacks.jsonl is missing: profile.pb.gz has the GPU leaves only", b->dir);
+    if (err && err != -ENOENT)
+        return err;
+    err = each_line(b, "launches.jsonl", read_launch);
+    if (!err)
+        err = each_line(b, "gpu_unmatched.jsonl", read_unmatched);
+    return err == -ENOENT ? 0 : err;
+}
+
+static int load_folded(struct builder *b) {
+    b->source = "merged.folded";
+    int err = read_folded(b, "merged.folded", false);
+    if (err == -ENOENT) {
+        np_err("%s has neither launches.jsonl nor merged.folded: no pprof profile", b->dir);
+        return err;
+    }
+    if (!err)
+        err = read_folded(b, "merged.gpu_ns.folded", true);
+    return err == -ENOENT ? 0 : err;
+}
+
+static int load(struct builder *b) {
+    int err = read_meta(b);
+    if (err)
+        return err;
+    char *path = NULL;
+    if (asprintf(&path, "%s/launches.jsonl", b->dir) < 0)
+        return -ENOMEM;
+    bool launches = access(path, F_OK) == 0;
+    free(path);
+    if (!launches)
+        return load_folded(b);
+    b->source = "launches.jsonl";
+    return load_launches(b);
+}
+
+/* ---- encoding --------------------------------------------------------------- */
+
+struct gz_buffer {
+    ProtobufCBuffer base;
+    gzFile gz;
+    int err;
+};
+
+static void gz_append(ProtobufCBuffer *buffer, size_t len, const uint8_t *data) {
+    struct gz_buffer *g = (struct gz_buffer *)buffer;
+    while (len && !g->err) {
+        unsigned chunk = len > (1u << 30) ? 1u << 30 : (unsigned)len;
+        int n = gzwrite(g->gz, data, chunk);
+        if (n <= 0) {
+            g->err = -EIO;
+            return;
+        }
+        data += n;
+        len -= (size_t)n;
+    }
+}
+
+/* The label keys and sample types, interned before the table is copied. */
+struct names {
+    int64_t launches, count, gpu_time, nanoseconds, comment;
+    int64_t pid, tid, comm, kernel, nccl_op, comm_hash;
+};
+
+static int intern_names(struct builder *b, struct names *n) {
+    char comment[128];
+    snprintf(comment, sizeof(comment), "ncclprobe, from %s", b->source);
+    *n = (struct names){
+        str_id(b, "launches"),    str_id(b, "count"),     str_id(b, "gpu_time"),
+        str_id(b, "nanoseconds"), str_id(b, comment),     str_id(b, "pid"),
+        str_id(b, "tid"),         str_id(b, "comm"),      str_id(b, "kernel"),
+        str_id(b, "nccl_op"),     str_id(b, "comm_hash"),
+    };
+    const int64_t *all = (const int64_t *)n;
+    for (size_t i = 0; i < sizeof(*n) / sizeof(*all); i++)
+        if (all[i] < 0)
+            return (int)all[i];
+    return 0;
+}
+
+static size_t fill_labels(const struct names *k, const struct labels *l, pp_label *out) {
+    size_t n = 0;
+    const struct {
+        int64_t key, str, num;
+    } all[MAX_LABELS] = {{k->pid, 0, l->pid},          {k->tid, 0, l->tid},
+                         {k->comm, l->comm, -1},       {k->kernel, l->kernel, -1},
+                         {k->nccl_op, l->nccl_op, -1}, {k->comm_hash, l->comm_hash, -1}};
+    for (size_t i = 0; i < MAX_LABELS; i++) {
+        if (!all[i].str && all[i].num < 0)
+            continue;
+        perftools__profiles__label__init(&out[n]);
+        out[n].key = all[i].key;
+        out[n].str = all[i].str;
+        out[n].num = all[i].str ? 0 : all[i].num;
+        n++;
+    }
+    return n;
+}
+
+/* Everything the packed Profile points at that the tables do not hold. */
+struct encoding {
+    char **strings;
+    pp_function **fns;
+    pp_mapping **maps;
+    pp_location **locs;
+    pp_sample *samples, **sample_ptrs;
+    int64_t *values;
+    pp_label *labels, **label_ptrs;
+};
+
+static void encoding_free(struct encoding *e) {
+    free(e->strings);
+    free(e->fns);
+    free(e->maps);
+    free(e->locs);
+    free(e->samples);
+    free(e->sample_ptrs);
+    free(e->values);
+    free(e->labels);
+    free(e->label_ptrs);
+}
+
+static int alloc_encoding(const struct builder *b, struct encoding *e, size_t nvalues) {
+    size_t ns = b->nsamples ? b->nsamples : 1;
+    e->strings = calloc(b->strings.count + 1, sizeof(*e->strings));
+    e->fns = calloc(b->nfns + 1, sizeof(*e->fns));
+    e->maps = calloc(b->nmaps + 1, sizeof(*e->maps));
+    e->locs = calloc(b->nlocs + 1, sizeof(*e->locs));
+    e->samples = calloc(ns, sizeof(*e->samples));
+    e->sample_ptrs = calloc(ns, sizeof(*e->sample_ptrs));
+    e->values = calloc(ns * nvalues, sizeof(*e->values));
+    e->labels = calloc(ns * MAX_LABELS, sizeof(*e->labels));
+    e->label_ptrs = calloc(ns * MAX_LABELS, sizeof(*e->label_ptrs));
+    return e->strings && e->fns && e->maps && e->locs && e->samples && e->sample_ptrs &&
+                   e->values && e->labels && e->label_ptrs
+               ? 0
+               : -ENOMEM;
+}
+
+static void fill_samples(const struct builder *b, const struct names *k, struct encoding *e,
+                         size_t nvalues) {
+    for (size_t i = 0; i < b->nsamples; i++) {
+        const struct sample *x = &b->samples[i];
+        pp_sample *s = &e->samples[i];
+        perftools__profiles__sample__init(s);
+        s->location_id = x->locs;
+        s->n_location_id = x->nlocs;
+        s->value = &e->values[i * nvalues];
+        s->value[0] = x->count;
+        if (nvalues > 1)
+            s->value[1] = x->gpu_ns;
+        s->n_value = nvalues;
+        pp_label *labels = &e->labels[i * MAX_LABELS];
+        s->label = &e->label_ptrs[i * MAX_LABELS];
+        s->n_label = fill_labels(k, &x->labels, labels);
+        for (size_t j = 0; j < s->n_label; j++)
+            s->label[j] = &labels[j];
+        e->sample_ptrs[i] = s;
+    }
+}
+
+static void fill_tables(const struct builder *b, struct encoding *e) {
+    for (size_t i = 0; i < b->strings.count; i++)
+        e->strings[i] = b->strings.items[i]->text;
+    for (size_t i = 0; i < b->nfns; i++)
+        e->fns[i] = &b->fns[i];
+    for (size_t i = 0; i < b->nmaps; i++)
+        e->maps[i] = &b->maps[i];
+    for (size_t i = 0; i < b->nlocs; i++)
+        e->locs[i] = &b->locs[i];
+}
+
+static int64_t duration(const struct builder *b) {
+    if (b->first_ts < b->last_ts)
+        return (int64_t)(b->last_ts - b->first_ts);
+    return b->meta_duration_ns;
+}
+
+static int pack(const Perftools__Profiles__Profile *p, const char *path) {
+    struct gz_buffer g = {.base = {.append = gz_append}};
+    g.gz = gzopen(path, "wbe");
+    if (!g.gz)
+        return errno ? -errno : -ENOMEM;
+    protobuf_c_message_pack_to_buffer(&p->base, &g.base);
+    int cerr = gzclose(g.gz);
+    return g.err ? g.err : cerr != Z_OK ? -EIO : 0;
+}
+
+/* The profile's sample and period types (launches/count, gpu_time/nanoseconds). */
+struct value_types {
+    pp_value_type types[2], *ptrs[2], period;
+};
+
+static void fill_value_types(struct value_types *v, const struct names *k) {
+    for (size_t i = 0; i < 2; i++) {
+        perftools__profiles__value_type__init(&v->types[i]);
+        v->ptrs[i] = &v->types[i];
+    }
+    perftools__profiles__value_type__init(&v->period);
+    v->types[0].type = v->period.type = k->launches;
+    v->types[0].unit = v->period.unit = k->count;
+    v->types[1].type = k->gpu_time;
+    v->types[1].unit = k->nanoseconds;
+}
+
+static void fill_profile(const struct builder *b, struct names *k, const struct encoding *e,
+                         struct value_types *v, size_t nvalues, Perftools__Profiles__Profile *p) {
+    p->sample_type = v->ptrs;
+    p->n_sample_type = nvalues;
+    p->sample = e->sample_ptrs;
+    p->n_sample = b->nsamples;
+    p->mapping = e->maps;
+    p->n_mapping = b->nmaps;
+    p->location = e->locs;
+    p->n_location = b->nlocs;
+    p->function = e->fns;
+    p->n_function = b->nfns;
+    p->string_table = e->strings;
+    p->n_string_table = b->strings.count;
+    p->time_nanos = b->start_unix_ns;
+    p->duration_nanos = duration(b);
+    p->period_type = &v->period;
+    p->period = 1;
+    p->comment = &k->comment;
+    p->n_comment = 1;
+    p->default_sample_type = k->launches;
+}
+
+static int encode(struct builder *b, const char *path) {
+    struct names k;
+    int err = intern_names(b, &k); /* before the string table is copied */
+    if (err)
+        return err;
+    size_t nvalues = b->have_gpu ? 2 : 1;
+    struct encoding e = {0};
+    err = alloc_encoding(b, &e, nvalues);
+    if (!err) {
+        fill_tables(b, &e);
+        fill_samples(b, &k, &e, nvalues);
+        struct value_types v;
+        fill_value_types(&v, &k);
+        Perftools__Profiles__Profile p = PERFTOOLS__PROFILES__PROFILE__INIT;
+        fill_profile(b, &k, &e, &v, nvalues, &p);
+        err = pack(&p, path);
+    }
+    encoding_free(&e);
+    return err;
+}
+
+/* ---- np_write_pprof ----------------------------------------------------------- */
+
+static void free_stack(void *value) {
+    struct stack *s = value;
+    free(s->locs);
+    free(s);
+}
+
+static int builder_init(struct builder *b, const char *dir) {
+    memset(b, 0, sizeof(*b));
+    b->dir = dir;
+    np_strtab_init(&b->strings);
+    np_map_init(&b->fn_index);
+    np_map_init(&b->map_index);
+    np_map_init(&b->loc_index);
+    np_map_init(&b->sample_index);
+    np_map_init(&b->stacks);
+    np_str_init(&b->key);
+    np_str_init(&b->text);
+    b->first_ts = UINT64_MAX;
+    b->set_labels = (struct labels){.pid = -1, .tid = -1};
+    uint32_t empty;
+    return np_strtab_intern(&b->strings, "", &empty); /* string_table[0] */
+}
+
+static void builder_free(struct builder *b) {
+    for (size_t i = 0; i < b->nlocs; i++)
+        free(b->locs[i].line);
+    for (size_t i = 0; i < b->nsamples; i++)
+        free(b->samples[i].locs);
+    free(b->fns);
+    free(b->maps);
+    free(b->locs);
+    free(b->samples);
+    free(b->no_launch_stack.locs);
+    np_map_free(&b->stacks, free_stack);
+    np_map_free(&b->fn_index, NULL);
+    np_map_free(&b->map_index, NULL);
+    np_map_free(&b->loc_index, NULL);
+    np_map_free(&b->sample_index, NULL);
+    np_strtab_free(&b->strings);
+    np_str_free(&b->key);
+    np_str_free(&b->text);
+}
+
+static void say_skipped(const struct builder *b) {
+    if (b->skipped)
+        np_warn("pprof: %zu malformed line(s) in %s skipped", b->skipped, b->dir);
+    if (b->unknown_stacks)
+        np_warn("pprof: %zu launch(es) in %s/launches.jsonl name a stack_id stacks.jsonl does "
+                "not have: written with their GPU leaf only",
+                b->unknown_stacks, b->dir);
+}
+
+static int write_file(struct builder *b, const char *dir) {
+    char *path = NULL, *tmp = NULL;
+    int err = 0;
+    if (asprintf(&path, "%s/profile.pb.gz", dir) < 0)
+        path = NULL;
+    if (asprintf(&tmp, "%s/.profile.pb.gz.tmp", dir) < 0)
+        tmp = NULL;
+    if (!path || !tmp)
+        err = -ENOMEM;
+    if (!err)
+        err = encode(b, tmp);
+    if (!err && rename(tmp, path) != 0)
+        err = -errno;
+    if (err && tmp)
+        unlink(tmp);
+    if (err)
+        np_err("cannot write %s/profile.pb.gz: %s", dir, strerror(-err));
+    free(path);
+    free(tmp);
+    return err;
+}
+
+int np_write_pprof(const char *dir) {
+    struct builder b;
+    int err = builder_init(&b, dir);
+    if (!err)
+        err = load(&b);
+    if (err && err != -ENOENT)
+        np_err("pprof: cannot read %s: %s", dir, strerror(-err));
+    say_skipped(&b);
+    if (!err)
+        err = write_file(&b, dir);
+    builder_free(&b);
+    return err;
+}
+
+int np_write_pprof_folded(const char *counts, const char *gpu_ns, const char *out) {
+    struct builder b;
+    char *tmp = NULL;
+    int err = builder_init(&b, ".");
+    if (!err) {
+        b.source = counts;
+        err = read_folded_file(&b, counts, false);
+    }
+    if (!err && gpu_ns)
+        err = read_folded_file(&b, gpu_ns, true);
+    say_skipped(&b);
+    if (!err && asprintf(&tmp, "%s.tmp", out) < 0)
+        err = -ENOMEM;
+    if (!err)
+        err = encode(&b, tmp);
+    if (!err && rename(tmp, out) != 0)
+        err = -errno;
+    if (err && tmp)
+        unlink(tmp);
+    if (err)
+        np_err("cannot write %s: %s", out, strerror(-err));
+    free(tmp);
+    builder_free(&b);
+    return err;
+}

@@ -1,0 +1,38 @@
+/* pprof.h - profile.pb.gz: a recording directory as a pprof profile
+ * (github.com/google/pprof, proto/profile.proto), for `go tool pprof`,
+ * Pyroscope, Grafana and the like.
+ *
+ *   sample types   launches/count, and gpu_time/nanoseconds when the recording
+ *                  has GPU records; the default is launches.
+ *   samples        one per distinct (stack with its GPU leaf, labels): the leaf
+ *                  ([GPU_Kernel]K, [GPU_Memcpy]HtoD, [GPU_Launch_Pending], ...)
+ *                  is a location of its own, under the launch function and the
+ *                  [NCCL]Op frame. A launch whose GPU work is one record counts
+ *                  under that record's leaf; one with several (a graph launch)
+ *                  counts once under the CPU-side kernel name and puts each
+ *                  record's GPU time under its own leaf.
+ *   labels         pid, tid (numbers), comm, kernel, nccl_op, comm_hash.
+ *   functions      the frame's function (a Python frame's qualname, with its
+ *                  file and line; "f [inlined]" as an inline line of the
+ *                  location of the frame it was inlined into), file and line
+ *                  from stacks.jsonl's "locations" when there; one mapping per
+ *                  module (path, build id), addresses are file offsets.
+ *                  system_name stays "": the names are demangled already, and
+ *                  pprof re-"demangles" a function whose system_name equals its
+ *                  name by cutting out every <...>, which would leave "" of
+ *                  Python's "<module>" and of "<graph cudaGraphLaunch>".
+ *
+ * From launches.jsonl + stacks.jsonl (+ gpu_unmatched.jsonl) when the
+ * directory has them; otherwise (a daemon aggregate set) from merged.folded
+ * and merged.gpu_ns.folded, labelled with window.json's pid and comm. */
+#ifndef NP_WRITERS_PPROF_H
+#define NP_WRITERS_PPROF_H
+
+/* Writes DIR/profile.pb.gz (through a temporary file, renamed): 0, or -errno
+ * (said). Malformed input lines are skipped and counted in a warning. */
+int np_write_pprof(const char *dir);
+/* The same from folded files alone (`ncclprobe merge`): counts weighted
+ * by launches, gpu_ns (may be NULL) by GPU nanoseconds; written to out. */
+int np_write_pprof_folded(const char *counts, const char *gpu_ns, const char *out);
+
+#endif

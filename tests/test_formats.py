@@ -1,0 +1,91 @@
+"""--format: which of the derived outputs (pprof, Perfetto trace, SVG flame
+graphs) record, merge and the daemon write, and that what they write opens
+in the tools people use (go tool pprof; a JSON/XML parser here, Chromium and
+the full checks in test_flamegraph.py, test_trace_json.py, test_pprof.py)."""
+import json
+import os
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from conftest import PROGS, needs_bpf, record, run_ncclprobe
+from test_merge import ev_kernel, ev_launch, merge, trace_of
+
+DERIVED = {"pprof": ["profile.pb.gz"], "perfetto": ["trace.json"], "svg": ["flamegraph.svg"]}
+LAUNCHER = [PROGS / "launcher", "--variant", "rt", "--iters", "7"]
+
+
+def go_pprof(path, *args, tmp_path):
+    """`go tool pprof ARGS PATH`'s text; skips when Go is missing."""
+    if not shutil.which("go"):
+        pytest.skip("go is not installed (tools/install-deps.sh installs golang-go)")
+    env = {**os.environ, "HOME": str(tmp_path), "GOCACHE": str(tmp_path / "gocache"),
+           "GOFLAGS": "", "PPROF_TMPDIR": str(tmp_path)}
+    proc = subprocess.run(["go", "tool", "pprof", *args, str(path)], capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@needs_bpf
+@pytest.mark.parametrize("formats,expected", [
+    (None, ["pprof", "perfetto", "svg"]),  # the default: all
+    ("none", []),
+    ("svg", ["svg"]),
+    ("pprof,perfetto", ["pprof", "perfetto"]),
+])
+def test_record_writes_the_formats_asked_for(tmp_path, formats, expected):
+    args = ([] if formats is None else ["--format", formats]) + ["--", *LAUNCHER]
+    rec = record(tmp_path, args)
+    assert rec.returncode == 0, rec.stderr
+    for fmt, files in DERIVED.items():
+        for name in files:
+            assert (rec.path / name).exists() == (fmt in expected), (fmt, name)
+    if "perfetto" in expected:
+        events = json.loads((rec.path / "trace.json").read_text())["traceEvents"]
+        assert sum(e.get("name") == "cudaLaunchKernel" and e["ph"] == "X" for e in events) == 7
+    if "svg" in expected:
+        svg = ET.parse(rec.path / "flamegraph.svg").getroot()
+        titles = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}title")]
+        assert any(t and t.startswith("run_worker") for t in titles), titles[:10]
+    if "pprof" in expected:
+        top = go_pprof(rec.path / "profile.pb.gz", "-top", tmp_path=tmp_path)
+        assert "Total samples = 7" in top, top
+        assert "libb_launch" in top and "[GPU_Kernel]vector_add_kernel" in top, top
+
+
+def test_unknown_format_is_a_usage_error():
+    proc = run_ncclprobe(["record", "--format", "svg,png", "--", "/bin/true"])
+    assert proc.returncode == 2
+    assert "--format: unknown format 'png'" in proc.stderr
+    proc = run_ncclprobe(["merge", "--format", "gif", "--cpu", "a", "--gpu", "b", "-o", "c"])
+    assert proc.returncode == 2
+    assert "unknown format 'gif'" in proc.stderr
+
+
+def test_merge_writes_a_flame_graph_and_a_profile_of_its_output(tmp_path):
+    cpu = ("5000000000 p 1 1 0 main;step (train.py:3);cudaLaunchKernel\n"
+           "5001000000 p 1 1 0 main;eager<T>;cudaLaunchKernel\n")
+    trace = trace_of(ev_launch(1, 1, 5000000.002, 42), ev_kernel("gemm", 5000010, 3, 42),
+                     ev_launch(1, 1, 5001000.001, 43), ev_kernel("relu&co", 5001010, 2, 43))
+    m = merge(tmp_path, cpu, trace, "--format", "svg,pprof")
+    assert m.returncode == 0, m.stderr
+    for folded_file in (m.out_path, m.out_path.parent / "ns.folded"):
+        svg = ET.parse(f"{folded_file}.svg").getroot()  # parses: names are escaped
+        titles = [t.text or "" for t in svg.iter("{http://www.w3.org/2000/svg}title")]
+        assert any(t.startswith("[GPU_Kernel]relu&co") for t in titles), titles
+    top = go_pprof(f"{m.out_path}.pb.gz", "-top", tmp_path=tmp_path)
+    assert "100% of 2 total" in top, top
+    gpu = go_pprof(f"{m.out_path}.pb.gz", "-top", "-sample_index=gpu_time", tmp_path=tmp_path)
+    assert "[GPU_Kernel]gemm" in gpu and "[GPU_Kernel]relu&co" in gpu, gpu
+
+
+def test_merge_writes_nothing_more_by_default(tmp_path):
+    cpu = "5000000000 p 1 1 0 main;cudaLaunchKernel\n"
+    trace = trace_of(ev_launch(1, 1, 5000000.002, 42), ev_kernel("k", 5000010, 3, 42))
+    m = merge(tmp_path, cpu, trace)
+    assert m.returncode == 0, m.stderr
+    assert sorted(p.name for p in m.out_path.parent.iterdir()) == [
+        "ns.folded", "out.folded", "stacks.ext.folded", "trace.json"]
