@@ -280,7 +280,7 @@ def test_man_page(package, tmp_path):
             f"configuration key {key} is not in CONFIGURATION"
     # Every option the packaged binary's --help lists.
     binary = package.path("/usr/bin/ncclprobe")
-    for command in ("record", "merge", "report", "daemon", "ctl"):
+    for command in ("record", "merge", "report", "daemon", "ctl", "flamegraph"):
         options = help_options(binary, command)
         for option in sorted(options or ()):
             assert option in text, f"{command} {option} is not in the manual page"
