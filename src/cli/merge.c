@@ -388,26 +388,10 @@ static void print_closing_counts(const struct np_merge_cpu *cpu, const struct np
 
 /* One folded file as a flame graph, PATH.svg. */
 static int write_svg(const char *folded, const char *title, enum np_flame_unit unit) {
-    char svg[4200], tmp[4300];
+    char svg[4200];
     snprintf(svg, sizeof(svg), "%s.svg", folded);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", svg);
-    FILE *in = fopen(folded, "re");
-    FILE *out = in ? fopen(tmp, "we") : NULL;
-    int err = in && out ? 0 : -errno;
-    struct np_flame_opts o = {.title = title, .source = folded, .unit = unit};
-    if (!err)
-        err = np_flamegraph_render(in, out, &o);
-    if (out && fclose(out) != 0 && !err)
-        err = -errno;
-    if (in)
-        fclose(in);
-    if (!err && rename(tmp, svg) != 0)
-        err = -errno;
-    if (err) {
-        unlink(tmp);
-        np_err("cannot write %s: %s", svg, strerror(-err));
-    }
-    return err;
+    struct np_flame_opts o = {.title = title, .unit = unit};
+    return np_flamegraph_file(folded, svg, &o);
 }
 
 /* --format: the pictures and the pprof profile of the merged files. */

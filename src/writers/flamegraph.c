@@ -885,6 +885,9 @@ static int write_svg(struct flame_input *input, const char *path, const struct n
     return err;
 }
 
+static int render_file(const char *in_path, const char *out_path, const struct np_flame_opts *o,
+                       bool skip_empty);
+
 /* Renders dir/in_name to dir/out_name unless its weights are all zero and
  * skip_empty: 0, 1 when skipped, -errno. */
 static int write_one(const char *dir, const char *in_name, const char *out_name,
@@ -892,7 +895,15 @@ static int write_one(const char *dir, const char *in_name, const char *out_name,
     char in_path[4096], out_path[4096];
     snprintf(in_path, sizeof(in_path), "%s/%s", dir, in_name);
     snprintf(out_path, sizeof(out_path), "%s/%s", dir, out_name);
+    return render_file(in_path, out_path, o, skip_empty);
+}
 
+int np_flamegraph_file(const char *in_path, const char *out_path, const struct np_flame_opts *o) {
+    return render_file(in_path, out_path, o, false);
+}
+
+static int render_file(const char *in_path, const char *out_path, const struct np_flame_opts *o,
+                       bool skip_empty) {
     FILE *in = fopen(in_path, "re");
     if (!in)
         return -errno;

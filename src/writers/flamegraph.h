@@ -44,5 +44,7 @@ int np_flamegraph_render_stats(FILE *in, FILE *out, const struct np_flame_opts *
  * dir/merged.gpu_ns.folded has any weight, -> dir/flamegraph.gpu_ns.svg (by
  * GPU time). Files are written atomically. -ENOENT without merged.folded. */
 int np_write_flamegraphs(const char *dir);
+/* One folded file to one SVG (written atomically): 0 or -errno (said). */
+int np_flamegraph_file(const char *in_path, const char *out_path, const struct np_flame_opts *o);
 
 #endif
