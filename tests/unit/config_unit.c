@@ -16,6 +16,7 @@
 
 #include "check.h"
 #include "daemon/config.h"
+#include "writers/formats.h"
 
 #define MIB (1ull << 20)
 #define GIB (1ull << 30)
@@ -69,7 +70,7 @@ static bool same_config(const struct np_daemon_config *a, const struct np_daemon
            a->cpu_budget_percent == b->cpu_budget_percent && a->rate_limit == b->rate_limit &&
            a->unwind == b->unwind && a->stack_bytes == b->stack_bytes &&
            a->python_depth == b->python_depth && a->python == b->python &&
-           a->log_level == b->log_level;
+           a->log_level == b->log_level && a->formats == b->formats;
 }
 
 /* A configuration that differs from the defaults in every key. */
@@ -100,7 +101,8 @@ static const char *const ALL_KEYS = "output_dir = /data/np\n"
                                     "stack_bytes = 8192\n"
                                     "python = raw\n"
                                     "python_depth = 16\n"
-                                    "log_level = debug\n";
+                                    "log_level = debug\n"
+                                    "formats = svg\n";
 
 static void check_all_keys(const struct np_daemon_config *c) {
     CHECK(strcmp(c->output_dir, "/data/np") == 0);
@@ -133,6 +135,7 @@ static void check_all_keys(const struct np_daemon_config *c) {
     CHECK(c->python == NP_PYTHON_RAW);
     CHECK(c->python_depth == 16);
     CHECK(c->log_level == NP_LOG_DEBUG);
+    CHECK(c->formats == NP_FORMAT_SVG);
 }
 
 static void test_defaults(void) {
@@ -160,6 +163,7 @@ static void test_defaults(void) {
     CHECK(c.stack_bytes == 16384);
     CHECK(c.python == NP_PYTHON_MERGE);
     CHECK(c.python_depth == 128);
+    CHECK(c.formats == NP_FORMATS_DEFAULT);
     CHECK(c.log_level == NP_LOG_INFO);
 
     /* empty text, only comments and blanks: the defaults */
@@ -300,6 +304,7 @@ static void test_bad_values(void) {
     expect_bad_value("log_level = trace", "log_level",
                      "unknown value 'trace' (expected error, warn, info or debug)");
     expect_bad_value("log_level = ", "log_level", "empty value");
+    expect_bad_value("formats = svg,gif", "formats", "unknown format 'gif'");
 
     /* list keys: only the syntax can be wrong */
     expect_bad_value("include_comm = \"python*", "include_comm", "unterminated quoted value");
@@ -414,6 +419,9 @@ static void test_suffixes(void) {
         CHECK(parse(text, &c) == 0);
         CHECK(!c.gpu && c.aggregate);
     }
+    CHECK(parse("formats = pprof svg\n", &c) == 0 &&
+          c.formats == (NP_FORMAT_PPROF | NP_FORMAT_SVG));
+    CHECK(parse("formats = none\n", &c) == 0 && c.formats == 0);
     CHECK(parse("unwind = DWARF\npython = Off\nlog_level = ERROR\n", &c) == 0);
     CHECK(c.unwind == NP_CFG_UNWIND_DWARF && c.python == NP_PYTHON_OFF &&
           c.log_level == NP_LOG_ERROR);
@@ -715,7 +723,7 @@ static void test_load(void) {
             }
             np_str_append(&un, "\n");
         }
-        CHECK(keys == 28); /* every key */
+        CHECK(keys == 29); /* every key */
         rc = parse(np_str_cstr(&un), &d);
         CHECK(rc == 0);
         if (rc)

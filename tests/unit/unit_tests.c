@@ -17,6 +17,7 @@
 #include "check.h"
 #include "correlate/gpu.h"
 #include "correlate/nccl_comms.h"
+#include "ingest/ingest.h"
 #include "ingest/launch.h"
 #include "ingest/nccl_plan.h"
 #include "lib/hashmap.h"
@@ -206,12 +207,21 @@ static void test_writers(void) {
     memcpy(e.comm, "we;ird\ncomm x", 14);
     struct np_launch l;
     np_launch_decode(&e, np_probe_def_by_symbol("cudaLaunchKernel"), &l);
-    const char *stack = "main;fn<\"&'>;caf\xc3\xa9\xff";
+    struct np_stack_texts stack;
+    np_str_init(&stack.folded);
+    np_str_init(&stack.detailed);
+    np_str_init(&stack.locations);
+    np_str_append(&stack.folded, "main;fn<\"&'>;caf\xc3\xa9\xff");
+    np_str_append(&stack.detailed, np_str_cstr(&stack.folded));
+    np_str_append(&stack.locations, "{},{\"line\":3},{}");
     for (int i = 0; i < 3; i++)
-        np_output_launch(o, &l, stack, stack, "k;er\nnel", NULL);
+        np_output_launch(o, &l, &stack, "k;er\nnel", NULL);
     np_launch_decode(&e, np_probe_def_by_symbol("cuLaunchKernel"), &l);
     l.nested = true;
-    np_output_launch(o, &l, stack, stack, "inner", NULL);
+    np_output_launch(o, &l, &stack, "inner", NULL);
+    np_str_free(&stack.folded);
+    np_str_free(&stack.detailed);
+    np_str_free(&stack.locations);
     CHECK(np_output_totals(o)->launches == 3 && np_output_totals(o)->nested == 1);
     CHECK(np_output_close(o) == 0);
 
@@ -225,7 +235,8 @@ static void test_writers(void) {
     CHECK(folded && strcmp(folded, "main;fn<\"&'>;caf\xc3\xa9\xff;[GPU_Kernel]k_er_nel 3\n") == 0);
     CHECK(jsonl && strstr(jsonl, "\"comm\":\"we;ird\\ncomm x\"") &&
           strstr(jsonl, "\"nested\":true"));
-    CHECK(stacks && strstr(stacks, "\"frames\":[\"main\",\"fn<\\\"&'>\",\"caf\xc3\xa9\\ufffd\"]"));
+    CHECK(stacks && strstr(stacks, "\"frames\":[\"main\",\"fn<\\\"&'>\",\"caf\xc3\xa9\\ufffd\"],"
+                                   "\"locations\":[{},{\"line\":3},{}]}"));
     free(ext);
     free(folded);
     free(jsonl);
