@@ -907,6 +907,7 @@ def test_formats_of_window_and_aggregate_sets(tmp_path_factory, progs, tmp_path)
         ctl_ok(d, "start")
         time.sleep(0.5)
         ctl_ok(d, "stop")
+        time.sleep(0.5)  # launches after the window: a new aggregate set
         p.finish(signal.SIGUSR2)
         sets = d.written_sets(p.pid)
         kinds = {name: info["window"]["kind"] for name, info in sets.items()}
