@@ -3,20 +3,12 @@
 #include "cli/preflight.h"
 
 #include <errno.h>
-#include <linux/capability.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
+#include "lib/caps.h"
 #include "lib/util.h"
-
-#ifndef CAP_PERFMON
-#define CAP_PERFMON 38
-#endif
-#ifndef CAP_BPF
-#define CAP_BPF 39
-#endif
 
 static const char *sysfs_root(void) {
     const char *root = getenv("NCCLPROBE_SYSFS");
@@ -28,18 +20,11 @@ const char *np_btf_path(char *buf, size_t size) {
     return buf;
 }
 
-static int has_effective_cap(int cap) {
-    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
-    struct __user_cap_data_struct data[2] = {{0}};
-    if (syscall(SYS_capget, &hdr, data) < 0)
-        return 0;
-    return (data[cap / 32].effective >> (cap % 32)) & 1;
-}
-
 int np_preflight(void) {
     char path[4096];
 
-    if (geteuid() != 0 && !(has_effective_cap(CAP_BPF) && has_effective_cap(CAP_PERFMON))) {
+    uint64_t need = (1ull << NP_CAP_BPF) | (1ull << NP_CAP_PERFMON);
+    if (geteuid() != 0 && (np_caps_effective() & need) != need) {
         np_err("permission denied: ncclprobe needs root, or the CAP_BPF and CAP_PERFMON "
                "capabilities (and CAP_SYS_PTRACE to trace other users' processes); "
                "try: sudo ncclprobe ...");

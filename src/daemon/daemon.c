@@ -39,13 +39,13 @@
 #include "cli/preflight.h"
 #include "cli/session.h"
 #include "correlate/gpu.h"
-#include "daemon/caps.h"
 #include "daemon/config.h"
 #include "daemon/ctl.h"
 #include "daemon/discover.h"
 #include "daemon/outset.h"
 #include "daemon/proc.h"
 #include "ingest/gpu_socket.h"
+#include "lib/caps.h"
 #include "lib/util.h"
 #include "ncclprobe.skel.h"
 #include "writers/json.h"
@@ -495,13 +495,6 @@ static void check_flag_file(struct daemon *d) {
 
 /* ---- status and control ------------------------------------------------ */
 
-static void iso_time(char *out, size_t size, uint64_t realtime_ns) {
-    time_t sec = (time_t)(realtime_ns / 1000000000ull);
-    struct tm tm;
-    gmtime_r(&sec, &tm);
-    strftime(out, size, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
 static void window_json(struct daemon *d, cJSON *reply) {
     cJSON *w = cJSON_AddObjectToObject(reply, "window");
     cJSON_AddBoolToObject(w, "open", d->window_open);
@@ -511,7 +504,7 @@ static void window_json(struct daemon *d, cJSON *reply) {
     uint64_t now = np_monotonic_ns();
     cJSON_AddNumberToObject(w, "id", (double)d->window_id);
     cJSON_AddStringToObject(w, "reason", d->window_reason);
-    iso_time(when, sizeof(when), d->window_start_rt);
+    np_format_utc(when, sizeof(when), d->window_start_rt, false);
     cJSON_AddStringToObject(w, "started", when);
     cJSON_AddNumberToObject(w, "elapsed_s", (double)(now - d->window_start_mono) / 1e9);
     cJSON_AddNumberToObject(
@@ -554,7 +547,7 @@ static void status_json(struct daemon *d, cJSON *r) {
     cJSON *agg = cJSON_AddObjectToObject(r, "aggregate");
     cJSON_AddBoolToObject(agg, "on", d->cfg.aggregate);
     cJSON_AddNumberToObject(agg, "interval_s", (double)d->cfg.aggregate_interval_ms / 1e3);
-    iso_time(when, sizeof(when), d->period_start_rt);
+    np_format_utc(when, sizeof(when), d->period_start_rt, false);
     cJSON_AddStringToObject(agg, "period_started", when);
 
     cJSON *targets = cJSON_AddArrayToObject(r, "targets");

@@ -35,20 +35,13 @@ void np_outset_safe_name(char *out, size_t size, size_t max, const char *in) {
     out[n] = '\0';
 }
 
-static void iso_time(char *out, size_t size, uint64_t realtime_ns, bool compact) {
-    time_t sec = (time_t)(realtime_ns / 1000000000ull);
-    struct tm tm;
-    gmtime_r(&sec, &tm);
-    strftime(out, size, compact ? "%Y%m%dT%H%M%SZ" : "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
 int np_outset_open(const char *root, const char *host, enum np_outset_kind kind,
                    const struct np_proc_labels *labels, uint64_t window_id, const char *reason,
                    uint64_t start_realtime_ns, struct np_outset **out) {
     char safe_host[65], safe_comm[65], when[32], dir[4096];
     np_outset_safe_name(safe_host, sizeof(safe_host), 64, host);
     np_outset_safe_name(safe_comm, sizeof(safe_comm), 64, labels->comm);
-    iso_time(when, sizeof(when), start_realtime_ns, true);
+    np_format_utc(when, sizeof(when), start_realtime_ns, true);
     int n = snprintf(dir, sizeof(dir), "%s/%s-%d-%s-%s", root, safe_host, (int)labels->pid,
                      safe_comm, when);
     if (n < 0 || (size_t)n + 8 >= sizeof(dir))
@@ -90,43 +83,36 @@ int np_outset_open(const char *root, const char *host, enum np_outset_kind kind,
     return 0;
 }
 
-/* Integers as written, not through a double (nanosecond times need 64 bits). */
-static void add_u64(cJSON *o, const char *key, uint64_t v) {
-    char text[32];
-    snprintf(text, sizeof(text), "%" PRIu64, v);
-    cJSON_AddRawToObject(o, key, text);
-}
-
 static int write_window_json(const struct np_outset *s, const struct np_output_totals *t) {
     cJSON *root = cJSON_CreateObject();
     if (!root)
         return -ENOMEM;
     char when[32];
-    add_u64(root, "format_version", 1);
+    np_json_add_u64(root, "format_version", 1);
     cJSON *proc = cJSON_AddObjectToObject(root, "process");
-    add_u64(proc, "pid", (uint64_t)s->labels.pid);
-    add_u64(proc, "ns_pid", (uint64_t)s->labels.ns_pid);
+    np_json_add_u64(proc, "pid", (uint64_t)s->labels.pid);
+    np_json_add_u64(proc, "ns_pid", (uint64_t)s->labels.ns_pid);
     np_json_add_text(proc, "comm", s->labels.comm);
     np_json_add_text(proc, "exe", s->labels.exe);
     np_json_add_text(proc, "cgroup", s->labels.cgroup);
     np_json_add_text(proc, "container", s->labels.container);
     cJSON *win = cJSON_AddObjectToObject(root, "window");
     cJSON_AddStringToObject(win, "kind", s->kind == NP_OUTSET_AGGREGATE ? "aggregate" : "window");
-    add_u64(win, "id", s->window_id);
+    np_json_add_u64(win, "id", s->window_id);
     cJSON_AddStringToObject(win, "reason", s->reason);
-    iso_time(when, sizeof(when), s->start_realtime_ns, false);
+    np_format_utc(when, sizeof(when), s->start_realtime_ns, false);
     cJSON_AddStringToObject(win, "start", when);
-    iso_time(when, sizeof(when), s->end_realtime_ns, false);
+    np_format_utc(when, sizeof(when), s->end_realtime_ns, false);
     cJSON_AddStringToObject(win, "end", when);
-    add_u64(win, "start_unix_ns", s->start_realtime_ns);
-    add_u64(win, "end_unix_ns", s->end_realtime_ns);
+    np_json_add_u64(win, "start_unix_ns", s->start_realtime_ns);
+    np_json_add_u64(win, "end_unix_ns", s->end_realtime_ns);
     cJSON *tot = cJSON_AddObjectToObject(root, "totals");
-    add_u64(tot, "launches", t->launches);
-    add_u64(tot, "nested_launches", t->nested);
-    add_u64(tot, "nccl_ops", t->nccl_ops);
-    add_u64(tot, "events_dropped", s->drops);
-    add_u64(tot, "rate_limited", s->rate_limited);
-    add_u64(tot, "write_errors", t->write_errors);
+    np_json_add_u64(tot, "launches", t->launches);
+    np_json_add_u64(tot, "nested_launches", t->nested);
+    np_json_add_u64(tot, "nccl_ops", t->nccl_ops);
+    np_json_add_u64(tot, "events_dropped", s->drops);
+    np_json_add_u64(tot, "rate_limited", s->rate_limited);
+    np_json_add_u64(tot, "write_errors", t->write_errors);
     char path[4200];
     snprintf(path, sizeof(path), "%s/window.json", s->dir);
     return np_json_write_file(path, root);

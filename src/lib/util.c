@@ -134,6 +134,13 @@ uint64_t np_realtime_ns(void) {
     return clock_ns(CLOCK_REALTIME);
 }
 
+void np_format_utc(char *out, size_t size, uint64_t realtime_ns, bool compact) {
+    time_t sec = (time_t)(realtime_ns / 1000000000ull);
+    struct tm tm;
+    gmtime_r(&sec, &tm);
+    strftime(out, size, compact ? "%Y%m%dT%H%M%SZ" : "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
 int np_parse_seconds(const char *text, double *out) {
     char *end = NULL;
 

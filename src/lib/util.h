@@ -44,6 +44,9 @@ void np_sanitize_frame(char *out, size_t out_size, const char *in, bool no_space
 
 uint64_t np_monotonic_ns(void);
 uint64_t np_realtime_ns(void);
+/* A CLOCK_REALTIME time in UTC: "2026-11-22T16:11:07Z", or compact
+ * "20261122T161107Z" (for file names). */
+void np_format_utc(char *out, size_t size, uint64_t realtime_ns, bool compact);
 
 /* Parses a non-negative decimal number of seconds ("2", "0.5"); -EINVAL on junk. */
 int np_parse_seconds(const char *text, double *out);

@@ -3,6 +3,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <inttypes.h>
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -114,4 +115,10 @@ void np_json_add_text(struct cJSON *o, const char *key, const char *text) {
     char *clean = np_utf8_clean(text ? text : "");
     cJSON_AddStringToObject(o, key, clean ? clean : "");
     free(clean);
+}
+
+void np_json_add_u64(struct cJSON *o, const char *key, uint64_t value) {
+    char text[32];
+    snprintf(text, sizeof(text), "%" PRIu64, value);
+    cJSON_AddRawToObject(o, key, text);
 }

@@ -4,6 +4,7 @@
 #ifndef NP_JSON_H
 #define NP_JSON_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "lib/util.h"
@@ -18,5 +19,7 @@ struct cJSON;
 int np_json_write_file(const char *path, struct cJSON *root);
 /* Adds key: text, any bytes of text made valid UTF-8 (a target's names). */
 void np_json_add_text(struct cJSON *o, const char *key, const char *text);
+/* Adds key: value as written (not through a double: nanosecond times need 64 bits). */
+void np_json_add_u64(struct cJSON *o, const char *key, uint64_t value);
 
 #endif

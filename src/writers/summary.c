@@ -19,18 +19,6 @@
 #include "writers/json.h"
 #include "writers/output.h"
 
-/* cJSON copies strings byte for byte: clean target-supplied text first. */
-static cJSON *add_text(cJSON *obj, const char *key, const char *value) {
-    char *clean = np_utf8_clean(value ? value : "");
-    cJSON *item = cJSON_AddStringToObject(obj, key, clean ? clean : "");
-    free(clean);
-    return item;
-}
-
-static void add_u64(cJSON *obj, const char *key, uint64_t value) {
-    cJSON_AddNumberToObject(obj, key, (double)value);
-}
-
 static uint64_t at(const uint64_t *arr, size_t len, size_t i) {
     return arr && i < len ? arr[i] : 0;
 }
@@ -58,78 +46,80 @@ static cJSON *probe_json(const struct np_summary *s, const struct np_probe_site 
         if (s->targets[i]->pid == site->pid)
             t = s->targets[i];
     cJSON *p = cJSON_CreateObject();
-    add_u64(p, "id", site->id);
-    add_u64(p, "pid", (uint64_t)site->pid);
-    add_text(p, "symbol", site->def->symbol);
-    add_text(p, "api", site->def->api);
-    add_text(p, "library", t && site->lib_index < t->nlibs ? t->libs[site->lib_index].path : "");
+    np_json_add_u64(p, "id", site->id);
+    np_json_add_u64(p, "pid", (uint64_t)site->pid);
+    np_json_add_text(p, "symbol", site->def->symbol);
+    np_json_add_text(p, "api", site->def->api);
+    np_json_add_text(p, "library",
+                     t && site->lib_index < t->nlibs ? t->libs[site->lib_index].path : "");
     char off[32];
     snprintf(off, sizeof(off), "0x%" PRIx64, site->offset);
-    add_text(p, "offset", off);
-    add_text(p, "role", role_name(site));
+    np_json_add_text(p, "offset", off);
+    np_json_add_text(p, "role", role_name(site));
     cJSON_AddBoolToObject(p, "attached", site->err == 0);
     if (site->err)
-        add_text(p, "error", strerror(-site->err));
-    add_u64(p, "hits", at(s->probe_hits, s->nprobes, site->id));
-    add_u64(p, "dropped", at(s->probe_drops, s->nprobes, site->id));
-    add_u64(p, "launches", at(s->ingest->per_probe, s->ingest->per_probe_len, site->id));
+        np_json_add_text(p, "error", strerror(-site->err));
+    np_json_add_u64(p, "hits", at(s->probe_hits, s->nprobes, site->id));
+    np_json_add_u64(p, "dropped", at(s->probe_drops, s->nprobes, site->id));
+    np_json_add_u64(p, "launches", at(s->ingest->per_probe, s->ingest->per_probe_len, site->id));
     return p;
 }
 
 static cJSON *target_json(const struct np_target *t) {
     cJSON *o = cJSON_CreateObject();
-    add_u64(o, "pid", (uint64_t)t->pid);
-    add_text(o, "comm", t->comm);
-    add_text(o, "exe", t->exe);
+    np_json_add_u64(o, "pid", (uint64_t)t->pid);
+    np_json_add_text(o, "comm", t->comm);
+    np_json_add_text(o, "exe", t->exe);
     cJSON_AddBoolToObject(o, "exited", t->exited);
-    add_u64(o, "launches", t->launches);
-    add_u64(o, "nested_launches", t->nested);
-    add_u64(o, "nccl_ops", t->nccl_ops);
+    np_json_add_u64(o, "launches", t->launches);
+    np_json_add_u64(o, "nested_launches", t->nested);
+    np_json_add_u64(o, "nccl_ops", t->nccl_ops);
     if (t->python.found) {
         cJSON *py = cJSON_AddObjectToObject(o, "python");
         char text[64];
         snprintf(text, sizeof(text), "%u.%u.%u", t->python.major, t->python.minor, t->python.micro);
-        add_text(py, "version", t->python.version_hex ? text : "");
+        np_json_add_text(py, "version", t->python.version_hex ? text : "");
         snprintf(text, sizeof(text), "%u.%u", t->python.major, t->python.minor);
-        add_text(py, "minor_version", text);
-        add_text(py, "runtime_file", t->python.path);
+        np_json_add_text(py, "minor_version", text);
+        np_json_add_text(py, "runtime_file", t->python.path);
         cJSON_AddBoolToObject(py, "shared", t->python.shared);
         cJSON_AddBoolToObject(py, "free_threaded", t->python.free_threaded);
         snprintf(text, sizeof(text), "0x%" PRIx64, t->python.runtime_addr);
-        add_text(py, "runtime_address", text);
+        np_json_add_text(py, "runtime_address", text);
         /* "walked", "off" (--python off) or why they cannot be */
-        add_text(py, "frames",
-                 t->python_walked              ? "walked"
-                 : t->python.layout.why_not[0] ? t->python.layout.why_not
-                                               : "off");
-        add_text(py, "offsets_from",
-                 t->python.layout.from_debug_offsets ? "_Py_DebugOffsets" : "table");
+        np_json_add_text(py, "frames",
+                         t->python_walked              ? "walked"
+                         : t->python.layout.why_not[0] ? t->python.layout.why_not
+                                                       : "off");
+        np_json_add_text(py, "offsets_from",
+                         t->python.layout.from_debug_offsets ? "_Py_DebugOffsets" : "table");
     }
     if (t->gpu_marker) {
         static const char *const states[] = {"active", "cupti_busy", "cupti_failed"};
         cJSON *g = cJSON_AddObjectToObject(o, "cupti");
-        add_text(g, "status",
-                 !t->gpu_hello ? "no_connection" : states[t->gpu_status < 3 ? t->gpu_status : 2]);
-        add_text(g, "message", t->gpu_message);
+        np_json_add_text(g, "status",
+                         !t->gpu_hello ? "no_connection"
+                                       : states[t->gpu_status < 3 ? t->gpu_status : 2]);
+        np_json_add_text(g, "message", t->gpu_message);
         cJSON_AddNumberToObject(g, "clock_offset_ns", (double)t->gpu_clock_offset_ns);
         const struct np_wire_stats *st = &t->gpu_stats;
-        add_u64(g, "records_sent", st->records_sent);
-        add_u64(g, "dropped_by_cupti", st->dropped_by_cupti);
-        add_u64(g, "dropped_queue_full", st->dropped_queue_full);
-        add_u64(g, "dropped_no_daemon", st->dropped_no_daemon);
-        add_u64(g, "dropped_no_buffer", st->dropped_no_buffer);
-        add_u64(g, "records_unknown", st->records_unknown);
+        np_json_add_u64(g, "records_sent", st->records_sent);
+        np_json_add_u64(g, "dropped_by_cupti", st->dropped_by_cupti);
+        np_json_add_u64(g, "dropped_queue_full", st->dropped_queue_full);
+        np_json_add_u64(g, "dropped_no_daemon", st->dropped_no_daemon);
+        np_json_add_u64(g, "dropped_no_buffer", st->dropped_no_buffer);
+        np_json_add_u64(g, "records_unknown", st->records_unknown);
     }
     cJSON *libs = cJSON_AddArrayToObject(o, "libraries");
     for (size_t i = 0; i < t->nlibs; i++) {
         const struct np_library *l = &t->libs[i];
         cJSON *lj = cJSON_CreateObject();
-        add_text(lj, "path", l->path);
-        add_text(lj, "build_id", l->build_id);
-        add_u64(lj, "probes_attached", (uint64_t)l->probes_ok);
-        add_u64(lj, "probes_failed", (uint64_t)l->probes_failed);
+        np_json_add_text(lj, "path", l->path);
+        np_json_add_text(lj, "build_id", l->build_id);
+        np_json_add_u64(lj, "probes_attached", (uint64_t)l->probes_ok);
+        np_json_add_u64(lj, "probes_failed", (uint64_t)l->probes_failed);
         if (l->first_error)
-            add_text(lj, "error", strerror(-l->first_error));
+            np_json_add_text(lj, "error", strerror(-l->first_error));
         cJSON_AddBoolToObject(lj, "loaded_after_attach", l->late);
         cJSON_AddBoolToObject(lj, "cuda", l->cuda);
         if (l->late && l->attached_ns >= l->seen_ns)
@@ -151,29 +141,29 @@ static cJSON *totals_json(const struct np_summary *s) {
             hits += at(s->probe_hits, s->nprobes, site->id);
     }
     cJSON *o = cJSON_CreateObject();
-    add_u64(o, "probe_hits", hits);
-    add_u64(o, "events_captured", s->ingest->launch_events);
-    add_u64(o, "events_dropped", c[NP_CNT_LAUNCH_DROPPED]);
-    add_u64(o, "events_sent_by_bpf", c[NP_CNT_LAUNCH_SENT]);
-    add_u64(o, "launches", ot->launches);
-    add_u64(o, "nested_launches", ot->nested);
-    add_u64(o, "nccl_ops", ot->nccl_ops);
-    add_u64(o, "handle_events", s->ingest->handle_events);
-    add_u64(o, "handle_events_dropped", c[NP_CNT_HANDLE_DROPPED]);
-    add_u64(o, "library_load_events", s->ingest->map_events);
-    add_u64(o, "library_load_events_dropped", c[NP_CNT_MAP_DROPPED]);
-    add_u64(o, "thunk_hits", c[NP_CNT_THUNK_HITS]);
-    add_u64(o, "python_walks", c[NP_CNT_PY_WALKS]);
-    add_u64(o, "python_threads_without_state", c[NP_CNT_PY_NO_THREAD]);
-    add_u64(o, "python_read_errors", c[NP_CNT_PY_ERRORS]);
-    add_u64(o, "python_truncated", c[NP_CNT_PY_TRUNCATED]);
-    add_u64(o, "cupti_markers", s->ingest->marker_events);
-    add_u64(o, "cupti_markers_dropped", c[NP_CNT_MARKER_DROPPED]);
-    add_u64(o, "foreign_hits", c[NP_CNT_FOREIGN_HITS]);
-    add_u64(o, "malformed_records", s->ingest->malformed);
-    add_u64(o, "records_from_unknown_source", s->ingest->unknown_source);
-    add_u64(o, "launches_without_symbols", s->ingest->unsymbolized);
-    add_u64(o, "write_errors", ot->write_errors);
+    np_json_add_u64(o, "probe_hits", hits);
+    np_json_add_u64(o, "events_captured", s->ingest->launch_events);
+    np_json_add_u64(o, "events_dropped", c[NP_CNT_LAUNCH_DROPPED]);
+    np_json_add_u64(o, "events_sent_by_bpf", c[NP_CNT_LAUNCH_SENT]);
+    np_json_add_u64(o, "launches", ot->launches);
+    np_json_add_u64(o, "nested_launches", ot->nested);
+    np_json_add_u64(o, "nccl_ops", ot->nccl_ops);
+    np_json_add_u64(o, "handle_events", s->ingest->handle_events);
+    np_json_add_u64(o, "handle_events_dropped", c[NP_CNT_HANDLE_DROPPED]);
+    np_json_add_u64(o, "library_load_events", s->ingest->map_events);
+    np_json_add_u64(o, "library_load_events_dropped", c[NP_CNT_MAP_DROPPED]);
+    np_json_add_u64(o, "thunk_hits", c[NP_CNT_THUNK_HITS]);
+    np_json_add_u64(o, "python_walks", c[NP_CNT_PY_WALKS]);
+    np_json_add_u64(o, "python_threads_without_state", c[NP_CNT_PY_NO_THREAD]);
+    np_json_add_u64(o, "python_read_errors", c[NP_CNT_PY_ERRORS]);
+    np_json_add_u64(o, "python_truncated", c[NP_CNT_PY_TRUNCATED]);
+    np_json_add_u64(o, "cupti_markers", s->ingest->marker_events);
+    np_json_add_u64(o, "cupti_markers_dropped", c[NP_CNT_MARKER_DROPPED]);
+    np_json_add_u64(o, "foreign_hits", c[NP_CNT_FOREIGN_HITS]);
+    np_json_add_u64(o, "malformed_records", s->ingest->malformed);
+    np_json_add_u64(o, "records_from_unknown_source", s->ingest->unknown_source);
+    np_json_add_u64(o, "launches_without_symbols", s->ingest->unsymbolized);
+    np_json_add_u64(o, "write_errors", ot->write_errors);
     return o;
 }
 
@@ -185,7 +175,7 @@ static cJSON *hex_u64(uint64_t v) {
 
 static cJSON *nccl_comm_json(const struct np_nccl_comm_stats *c) {
     cJSON *o = cJSON_CreateObject();
-    add_u64(o, "pid", c->pid);
+    np_json_add_u64(o, "pid", c->pid);
     cJSON_AddItemToObject(o, "comm", hex_u64(c->comm));
     if (c->id.known) {
         cJSON_AddItemToObject(o, "comm_hash", hex_u64(c->id.hash));
@@ -204,18 +194,18 @@ static cJSON *nccl_comm_json(const struct np_nccl_comm_stats *c) {
         if (!c->api[f].calls)
             continue;
         cJSON *op = cJSON_AddObjectToObject(ops, np_nccl_func_name(f));
-        add_u64(op, "calls", c->api[f].calls);
-        add_u64(op, "bytes", c->api[f].bytes);
+        np_json_add_u64(op, "calls", c->api[f].calls);
+        np_json_add_u64(op, "bytes", c->api[f].bytes);
         calls += c->api[f].calls;
         bytes += c->api[f].bytes;
     }
-    add_u64(o, "calls", calls);
-    add_u64(o, "bytes", bytes);
+    np_json_add_u64(o, "calls", calls);
+    np_json_add_u64(o, "bytes", bytes);
     cJSON_AddItemToObject(o, "ops", ops);
-    add_u64(o, "kernel_launches", c->launches);
-    add_u64(o, "planned_ops", c->planned_ops);
-    add_u64(o, "gpu_records", c->gpu_records);
-    add_u64(o, "gpu_ns", c->gpu_ns);
+    np_json_add_u64(o, "kernel_launches", c->launches);
+    np_json_add_u64(o, "planned_ops", c->planned_ops);
+    np_json_add_u64(o, "gpu_records", c->gpu_records);
+    np_json_add_u64(o, "gpu_ns", c->gpu_ns);
     return o;
 }
 
@@ -229,13 +219,13 @@ static cJSON *nccl_libraries_json(const struct np_summary *s) {
             if (!l->nccl)
                 continue;
             cJSON *o = cJSON_CreateObject();
-            add_u64(o, "pid", (uint64_t)t->pid);
-            add_text(o, "path", l->path);
-            add_text(o, "build_id", l->build_id);
+            np_json_add_u64(o, "pid", (uint64_t)t->pid);
+            np_json_add_text(o, "path", l->path);
+            np_json_add_text(o, "build_id", l->build_id);
             cJSON_AddBoolToObject(o, "debug_info", l->nccl->status == 0);
             cJSON_AddBoolToObject(o, "communicator_identity", l->nccl->comm_ok);
             cJSON_AddBoolToObject(o, "kernel_plans", l->nccl->plan_ok);
-            add_text(o, "missing", l->nccl->missing);
+            np_json_add_text(o, "missing", l->nccl->missing);
             cJSON_AddItemToArray(arr, o);
         }
     }
@@ -244,11 +234,11 @@ static cJSON *nccl_libraries_json(const struct np_summary *s) {
 
 static cJSON *nccl_json(const struct np_summary *s) {
     cJSON *o = cJSON_CreateObject();
-    add_u64(o, "plans", s->ingest->nccl_plans);
-    add_u64(o, "plans_dropped", s->counters[NP_CNT_NCCL_PLAN_DROPPED]);
-    add_u64(o, "plans_unclaimed", s->ingest->nccl_plans_unclaimed);
-    add_u64(o, "launches_without_plan", s->ingest->nccl_launches_without_plan);
-    add_u64(o, "internal_api_calls", s->ingest->nccl_internal_calls);
+    np_json_add_u64(o, "plans", s->ingest->nccl_plans);
+    np_json_add_u64(o, "plans_dropped", s->counters[NP_CNT_NCCL_PLAN_DROPPED]);
+    np_json_add_u64(o, "plans_unclaimed", s->ingest->nccl_plans_unclaimed);
+    np_json_add_u64(o, "launches_without_plan", s->ingest->nccl_launches_without_plan);
+    np_json_add_u64(o, "internal_api_calls", s->ingest->nccl_internal_calls);
     cJSON_AddItemToObject(o, "libraries", nccl_libraries_json(s));
     cJSON *comms = cJSON_AddArrayToObject(o, "communicators");
     for (size_t i = 0; s->nccl_comms && i < s->nccl_comms->count; i++)
@@ -259,28 +249,28 @@ static cJSON *nccl_json(const struct np_summary *s) {
 static cJSON *gpu_json(const struct np_summary *s) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddBoolToObject(o, "listening", s->gpu_server != NULL);
-    add_text(o, "socket", s->gpu_socket ? s->gpu_socket : "");
+    np_json_add_text(o, "socket", s->gpu_socket ? s->gpu_socket : "");
     if (s->gpu_join) {
         const struct np_gpu_counters *c = s->gpu_join;
-        add_u64(o, "launches_held", c->launches_held);
-        add_u64(o, "launches_matched", c->launches_matched);
-        add_u64(o, "launches_pending", c->launches_pending);
-        add_u64(o, "launches_evicted", c->launches_evicted);
-        add_u64(o, "markers", c->markers);
-        add_u64(o, "markers_unpaired", c->markers_unpaired);
-        add_u64(o, "records", c->records);
-        add_u64(o, "records_matched", c->records_matched);
-        add_u64(o, "records_unmatched", c->records_unmatched);
+        np_json_add_u64(o, "launches_held", c->launches_held);
+        np_json_add_u64(o, "launches_matched", c->launches_matched);
+        np_json_add_u64(o, "launches_pending", c->launches_pending);
+        np_json_add_u64(o, "launches_evicted", c->launches_evicted);
+        np_json_add_u64(o, "markers", c->markers);
+        np_json_add_u64(o, "markers_unpaired", c->markers_unpaired);
+        np_json_add_u64(o, "records", c->records);
+        np_json_add_u64(o, "records_matched", c->records_matched);
+        np_json_add_u64(o, "records_unmatched", c->records_unmatched);
     }
     if (s->gpu_server) {
         const struct np_gpu_server_stats *st = s->gpu_server;
-        add_u64(o, "clients_accepted", st->clients_accepted);
-        add_u64(o, "clients_rejected", st->clients_rejected);
+        np_json_add_u64(o, "clients_accepted", st->clients_accepted);
+        np_json_add_u64(o, "clients_rejected", st->clients_rejected);
         cJSON *why = cJSON_AddObjectToObject(o, "rejected");
         for (int r = 0; r < NP_REJECT_MAX; r++)
-            add_u64(why, np_reject_reason_name((enum np_reject_reason)r), st->rejected[r]);
-        add_u64(o, "frames", st->frames);
-        add_u64(o, "records_ignored", st->records_ignored);
+            np_json_add_u64(why, np_reject_reason_name((enum np_reject_reason)r), st->rejected[r]);
+        np_json_add_u64(o, "frames", st->frames);
+        np_json_add_u64(o, "records_ignored", st->records_ignored);
     }
     return o;
 }
@@ -330,20 +320,20 @@ static uint64_t bucket_quantile(const struct np_unwind_stats *u, double q) {
 
 static cJSON *unwind_json(const struct np_summary *s) {
     cJSON *o = cJSON_CreateObject();
-    add_text(o, "mode", s->unwind_mode);
-    add_u64(o, "stack_bytes", s->stack_bytes);
+    np_json_add_text(o, "mode", s->unwind_mode);
+    np_json_add_u64(o, "stack_bytes", s->stack_bytes);
     if (!s->unwind)
         return o;
     const struct np_unwind_stats *u = s->unwind;
-    add_u64(o, "complete", u->complete);
-    add_u64(o, "truncated", u->truncated);
-    add_u64(o, "unknown", u->unknown);
-    add_u64(o, "fp_fallback_frames", u->fp_fallback_frames);
+    np_json_add_u64(o, "complete", u->complete);
+    np_json_add_u64(o, "truncated", u->truncated);
+    np_json_add_u64(o, "unknown", u->unknown);
+    np_json_add_u64(o, "fp_fallback_frames", u->fp_fallback_frames);
     cJSON *need = cJSON_AddObjectToObject(o, "stack_bytes_needed");
-    add_u64(need, "p50_at_most", bucket_quantile(u, 0.50));
-    add_u64(need, "p90_at_most", bucket_quantile(u, 0.90));
-    add_u64(need, "p99_at_most", bucket_quantile(u, 0.99));
-    add_u64(need, "max", u->max_bytes_needed);
+    np_json_add_u64(need, "p50_at_most", bucket_quantile(u, 0.50));
+    np_json_add_u64(need, "p90_at_most", bucket_quantile(u, 0.90));
+    np_json_add_u64(need, "p99_at_most", bucket_quantile(u, 0.99));
+    np_json_add_u64(need, "max", u->max_bytes_needed);
     return o;
 }
 
@@ -351,9 +341,9 @@ int np_summary_write(const char *path, const struct np_summary *s) {
     cJSON *root = cJSON_CreateObject();
     if (!root)
         return -ENOMEM;
-    add_u64(root, "format_version", 1);
-    add_text(root, "stop_reason", s->stop_reason);
-    add_u64(root, "start_time_unix_ns", s->start_realtime_ns);
+    np_json_add_u64(root, "format_version", 1);
+    np_json_add_text(root, "stop_reason", s->stop_reason);
+    np_json_add_u64(root, "start_time_unix_ns", s->start_realtime_ns);
     cJSON_AddNumberToObject(root, "duration_s", s->duration_s);
     cJSON_AddItemToObject(root, "totals", totals_json(s));
     cJSON_AddItemToObject(root, "unwind", unwind_json(s));

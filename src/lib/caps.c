@@ -1,7 +1,7 @@
 /* caps.c - dropping capabilities after start (see caps.h). Raw capset(2)
  * and prctl(2): two calls do not justify a libcap dependency. */
 #define _GNU_SOURCE
-#include "daemon/caps.h"
+#include "lib/caps.h"
 
 #include <errno.h>
 #include <linux/capability.h>
@@ -10,16 +10,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#ifndef CAP_PERFMON
-#define CAP_PERFMON 38
-#endif
-#ifndef CAP_BPF
-#define CAP_BPF 39
-#endif
 #define NP_CAP_LAST 63
 
 uint64_t np_caps_needed(void) {
-    return (1ull << CAP_BPF) | (1ull << CAP_PERFMON) | (1ull << CAP_SYS_PTRACE) |
+    return (1ull << NP_CAP_BPF) | (1ull << NP_CAP_PERFMON) | (1ull << CAP_SYS_PTRACE) |
            (1ull << CAP_DAC_READ_SEARCH);
 }
 

@@ -1,8 +1,13 @@
-/* caps.h - the daemon keeps only the capabilities it needs once set up. */
-#ifndef NP_DAEMON_CAPS_H
-#define NP_DAEMON_CAPS_H
+/* caps.h - this process's capabilities: what it has (preflight), and
+ * dropping all but what the daemon needs once set up. */
+#ifndef NP_LIB_CAPS_H
+#define NP_LIB_CAPS_H
 
 #include <stdint.h>
+
+/* Newer than some libc headers: the kernel's numbers. */
+#define NP_CAP_PERFMON 38
+#define NP_CAP_BPF 39
 
 /* What the daemon needs after start, as a capability bit mask:
  *   CAP_BPF             map reads/writes are by fd, but attaching programs is not
