@@ -67,11 +67,6 @@ struct {
  * probe, shared by all CPUs; its edges are approximate). 0: no limit. */
 __u32 rate_limit = 0;
 
-struct np_rate_window {
-    __u64 start_ns;
-    __u64 sent;
-};
-
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
     __uint(max_entries, NP_MAX_PROBES);
@@ -174,11 +169,11 @@ static __always_inline __u64 wakeup_flag(__u32 size) {
 }
 
 static __always_inline void fill_header(struct np_event_header *h, __u16 type, __u32 size,
-                                        __u64 pid_tgid) {
+                                        __u64 pid_tgid, __u64 ts) {
     h->type = type;
     h->version = NP_EVENT_VERSION;
     h->size = size;
-    h->ts_ns = bpf_ktime_get_ns();
+    h->ts_ns = ts;
     h->pid = pid_tgid >> 32;
     h->tid = (__u32)pid_tgid;
 }
@@ -590,8 +585,7 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
     if (size > sizeof(*e))
         size = sizeof(*e);
     barrier_var(size); /* keep the bounded register for the verifier */
-    fill_header(&e->hdr, NP_EV_LAUNCH, size, pid_tgid);
-    e->hdr.ts_ns = ts;
+    fill_header(&e->hdr, NP_EV_LAUNCH, size, pid_tgid, ts);
 
     __u64 wake = (e->flags & NP_LF_PY_NEW) ? BPF_RB_FORCE_WAKEUP : wakeup_flag(size);
     if (bpf_ringbuf_output(&events, e, size, wake) != 0) {
@@ -636,7 +630,7 @@ static __always_inline void remember_handle_call(struct pt_regs *ctx,
  * run and before dlopen returns: wake user space now to probe them. */
 static __always_inline void report_loader_change(__u64 pid_tgid, const struct np_probe_cfg *cfg) {
     struct np_map_event m = {};
-    fill_header(&m.hdr, NP_EV_MAP, sizeof(m), pid_tgid);
+    fill_header(&m.hdr, NP_EV_MAP, sizeof(m), pid_tgid, bpf_ktime_get_ns());
     if (bpf_ringbuf_output(&events, &m, sizeof(m), BPF_RB_FORCE_WAKEUP) != 0) {
         count(NP_CNT_MAP_DROPPED);
         return;
@@ -654,7 +648,7 @@ static __always_inline void report_loader_change(__u64 pid_tgid, const struct np
  * launch. The record follows the launch's own on this thread's ring order. */
 static __always_inline void report_marker(struct pt_regs *ctx, __u64 pid_tgid) {
     struct np_marker_event m = {};
-    fill_header(&m.hdr, NP_EV_MARKER, sizeof(m), pid_tgid);
+    fill_header(&m.hdr, NP_EV_MARKER, sizeof(m), pid_tgid, bpf_ktime_get_ns());
     m.correlation_id = (__u32)PT_REGS_PARM1(ctx);
     m.domain = (__u32)PT_REGS_PARM2(ctx);
     m.cbid = (__u32)PT_REGS_PARM3(ctx);
@@ -778,8 +772,8 @@ static __always_inline void emit_nccl_plan(struct pt_regs *ctx, const struct np_
     if (size > sizeof(*e))
         size = sizeof(*e);
     barrier_var(size);
-    fill_header(&e->hdr, NP_EV_NCCL_PLAN, size, pid_tgid);
-    e->hdr.ts_ns = ts; /* the launch record carries the same: user space pairs them on it */
+    /* the launch record carries the same ts: user space pairs them on it */
+    fill_header(&e->hdr, NP_EV_NCCL_PLAN, size, pid_tgid, ts);
     if (bpf_ringbuf_output(&events, e, size, wakeup_flag(size)) != 0) {
         count(NP_CNT_NCCL_PLAN_DROPPED);
         return;
@@ -791,6 +785,12 @@ static __always_inline void emit_nccl_plan(struct pt_regs *ctx, const struct np_
  * counted or sent, so the final counts add up without waiting for the
  * (slow) removal of every uprobe. */
 volatile __u32 stopped;
+
+/* Set by the daemon while nothing is being recorded (no window, no
+ * always-on aggregation): launches and API calls return at once, while
+ * handle producers, markers and library loads are still followed - so a
+ * window opened later names kernels of handles made before it. */
+volatile __u32 paused;
 
 /* True when this hit is over the probe's rate limit (counted, not sent). */
 static __always_inline bool over_rate_limit(__u32 probe_id, __u64 now) {
@@ -828,6 +828,8 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
 
     switch (cfg->role) {
     case NP_ROLE_LAUNCH: {
+        if (paused)
+            return 0;
         __u64 ts = bpf_ktime_get_ns();
         if (over_rate_limit(probe_id, ts))
             return 0;
@@ -839,6 +841,8 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
         return emit_launch(ctx, cfg, probe_id, pid_tgid, ts);
     }
     case NP_ROLE_API: {
+        if (paused)
+            return 0;
         __u64 ts = bpf_ktime_get_ns();
         if (over_rate_limit(probe_id, ts))
             return 0;
@@ -881,7 +885,7 @@ static __always_inline int on_return(struct pt_regs *ctx) {
     h->handle = 0;
     if (out_ptr)
         bpf_probe_read_user(&h->handle, sizeof(h->handle), (void *)out_ptr);
-    fill_header(&h->hdr, NP_EV_HANDLE, sizeof(*h), pid_tgid);
+    fill_header(&h->hdr, NP_EV_HANDLE, sizeof(*h), pid_tgid, bpf_ktime_get_ns());
     /* A call that produced nothing (it failed) names nothing. */
     if (h->handle) {
         if (bpf_ringbuf_output(&events, h, sizeof(*h), wakeup_flag(sizeof(*h))) == 0) {

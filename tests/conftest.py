@@ -9,6 +9,7 @@ with the reason shown by `pytest -rs`.
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -60,6 +61,29 @@ def interpreters():
     if Path("/usr/bin/python3.11").exists():
         found.append("/usr/bin/python3.11")
     return found or [sys.executable]
+
+
+GO = shutil.which("go")
+
+
+def go_pprof(tmp_path, *args):
+    """`go tool pprof ARGS`'s output, offline, with its caches under tmp_path;
+    skips when Go is missing (tools/install-deps.sh installs golang-go)."""
+    if GO is None:
+        pytest.skip("no `go` (go tool pprof reads the profiles)")
+    home = tmp_path / "gohome"
+    home.mkdir(exist_ok=True)
+    env = {**os.environ, "HOME": str(home), "GOCACHE": str(tmp_path / "gocache"),
+           "GOFLAGS": "", "GOTOOLCHAIN": "local", "PPROF_TMPDIR": str(home), "TZ": "UTC"}
+    proc = subprocess.run([GO, "tool", "pprof", *map(str, args)], capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def made_by_record(directory):
+    """A directory `ncclprobe record` wrote (not one a test made by hand)."""
+    return (Path(directory) / "stacks.ext.folded").exists()
 
 
 class Recording:

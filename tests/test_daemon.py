@@ -23,11 +23,12 @@ import stat
 import subprocess
 import tempfile
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from conftest import NCCLPROBE, PROGS, PROGS_ENV, needs_bpf, needs_real_cudart, thread_lines
+from conftest import NCCLPROBE, go_pprof, PROGS, PROGS_ENV, needs_bpf, needs_real_cudart, thread_lines
 
 pytestmark = [needs_bpf, needs_real_cudart]
 
@@ -895,8 +896,8 @@ def test_retention_deletes_oldest_sets_first(tmp_path_factory, progs, tmp_path):
 
 def test_formats_of_window_and_aggregate_sets(tmp_path_factory, progs, tmp_path):
     """formats = svg,pprof: a window set gets its flame graph and profile (no
-    trace.json), an aggregate set too; window.json comes last, so a set that
-    has it has everything."""
+    trace.json), an aggregate set too. They are made after window.json (they
+    read it), in a child process: waited for here."""
     d = own_daemon(tmp_path_factory, "fmt", include_comm="npfmt", formats="svg,pprof")
     try:
         p = launcher(progs, "--loop-until-signal", "--sleep-us", "2000",
@@ -912,10 +913,19 @@ def test_formats_of_window_and_aggregate_sets(tmp_path_factory, progs, tmp_path)
         sets = d.written_sets(p.pid)
         kinds = {name: info["window"]["kind"] for name, info in sets.items()}
         assert sorted(kinds.values()) == ["aggregate", "aggregate", "window"], kinds
-        for name in sets:
-            files = {f.name for f in (d.out / name).iterdir()}
-            assert {"flamegraph.svg", "profile.pb.gz"} <= files, (name, files)
+        for name, info in sets.items():
+            files = wait_for(lambda: (f := {p.name for p in (d.out / name).iterdir()}) >=
+                             {"flamegraph.svg", "profile.pb.gz"} and f, 20, "the derived outputs")
             assert "trace.json" not in files, (name, files)
+            # the flame graph's root holds every launch of the set (the folded files count
+            # a launch with no GPU records once)
+            svg = ET.parse(d.out / name / "flamegraph.svg").getroot()
+            root = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}title")
+                    if t.text and t.text.startswith("all (")]
+            launches = info["totals"]["launches"]
+            assert root and f"all ({launches:,} sample" in root[0], (root, launches)
+            top = go_pprof(tmp_path, "-top", d.out / name / "profile.pb.gz")
+            assert f"of {launches} total" in top, top
         rc, _ = d.terminate()
         assert rc == 0, d.stderr()[-5000:]
         d.assert_clean()

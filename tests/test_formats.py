@@ -3,30 +3,15 @@ graphs) record, merge and the daemon write, and that what they write opens
 in the tools people use (go tool pprof; a JSON/XML parser here, Chromium and
 the full checks in test_flamegraph.py, test_trace_json.py, test_pprof.py)."""
 import json
-import os
-import shutil
-import subprocess
 import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import PROGS, needs_bpf, record, run_ncclprobe
+from conftest import PROGS, go_pprof, needs_bpf, record, run_ncclprobe
 from test_merge import ev_kernel, ev_launch, merge, trace_of
 
 DERIVED = {"pprof": ["profile.pb.gz"], "perfetto": ["trace.json"], "svg": ["flamegraph.svg"]}
 LAUNCHER = [PROGS / "launcher", "--variant", "rt", "--iters", "7"]
-
-
-def go_pprof(path, *args, tmp_path):
-    """`go tool pprof ARGS PATH`'s text; skips when Go is missing."""
-    if not shutil.which("go"):
-        pytest.skip("go is not installed (tools/install-deps.sh installs golang-go)")
-    env = {**os.environ, "HOME": str(tmp_path), "GOCACHE": str(tmp_path / "gocache"),
-           "GOFLAGS": "", "PPROF_TMPDIR": str(tmp_path)}
-    proc = subprocess.run(["go", "tool", "pprof", *args, str(path)], capture_output=True,
-                          text=True, timeout=120, env=env)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
 
 
 @needs_bpf
@@ -51,7 +36,7 @@ def test_record_writes_the_formats_asked_for(tmp_path, formats, expected):
         titles = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}title")]
         assert any(t and t.startswith("run_worker") for t in titles), titles[:10]
     if "pprof" in expected:
-        top = go_pprof(rec.path / "profile.pb.gz", "-top", tmp_path=tmp_path)
+        top = go_pprof(tmp_path, "-top", rec.path / "profile.pb.gz")
         assert "Total samples = 7" in top, top
         assert "libb_launch" in top and "[GPU_Kernel]vector_add_kernel" in top, top
 
@@ -76,9 +61,9 @@ def test_merge_writes_a_flame_graph_and_a_profile_of_its_output(tmp_path):
         svg = ET.parse(f"{folded_file}.svg").getroot()  # parses: names are escaped
         titles = [t.text or "" for t in svg.iter("{http://www.w3.org/2000/svg}title")]
         assert any(t.startswith("[GPU_Kernel]relu&co") for t in titles), titles
-    top = go_pprof(f"{m.out_path}.pb.gz", "-top", tmp_path=tmp_path)
+    top = go_pprof(tmp_path, "-top", f"{m.out_path}.pb.gz")
     assert "100% of 2 total" in top, top
-    gpu = go_pprof(f"{m.out_path}.pb.gz", "-top", "-sample_index=gpu_time", tmp_path=tmp_path)
+    gpu = go_pprof(tmp_path, "-top", "-sample_index=gpu_time", f"{m.out_path}.pb.gz")
     assert "[GPU_Kernel]gemm" in gpu and "[GPU_Kernel]relu&co" in gpu, gpu
 
 

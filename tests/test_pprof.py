@@ -16,20 +16,17 @@ alone through build/pprof_cli (tests/unit/pprof_cli.c)."""
 
 import gzip
 import json
-import os
 import re
-import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from conftest import (BUILD, PROGS, PROGS_ENV, REPO, interpreters, needs_bpf, needs_real_cudart,
+from conftest import (BUILD, GO, go_pprof, made_by_record, PROGS, PROGS_ENV, REPO, interpreters, needs_bpf, needs_real_cudart,
                       record)
 
 PPROF_CLI = BUILD / "pprof_cli"
-GO = shutil.which("go")
 CUPTI_LIB = BUILD / "libncclprobe_cupti.so"
 FAKE_NCCL = PROGS / "libfakenccl.so"
 
@@ -37,9 +34,13 @@ pytestmark = pytest.mark.skipif(GO is None, reason="no `go` (go tool pprof reads
 
 
 def profile_of(rec_dir):
-    """rec_dir/profile.pb.gz, written by the pprof writer. The one place the
-    writer is run: once `record --format pprof` writes it, this only returns
-    the file (and the hand-made directories get the writer's command)."""
+    """rec_dir/profile.pb.gz: in a recording, the one `record` wrote (its
+    default --format); in a directory a test made by hand, written by the
+    pprof writer's driver."""
+    if made_by_record(rec_dir):
+        path = Path(rec_dir) / "profile.pb.gz"
+        assert path.exists(), "record did not write profile.pb.gz"
+        return path
     if not PPROF_CLI.exists():
         pytest.skip(f"{PPROF_CLI} is not built (make BUILD={BUILD} {PPROF_CLI})")
     proc = subprocess.run([str(PPROF_CLI), str(rec_dir)], capture_output=True, text=True,
@@ -48,18 +49,6 @@ def profile_of(rec_dir):
     path = Path(rec_dir) / "profile.pb.gz"
     assert path.exists()
     return path
-
-
-def pprof(tmp_path, *args):
-    """`go tool pprof ARGS`, offline, with its caches under tmp_path."""
-    home = tmp_path / "gohome"
-    home.mkdir(exist_ok=True)
-    env = {**os.environ, "HOME": str(home), "GOCACHE": str(tmp_path / "gocache"),
-           "GOFLAGS": "", "GOTOOLCHAIN": "local", "PPROF_TMPDIR": str(home), "TZ": "UTC"}
-    proc = subprocess.run([GO, "tool", "pprof", *map(str, args)], capture_output=True,
-                          text=True, timeout=120, env=env)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
 
 
 # ---- what pprof shows ------------------------------------------------------------------------
@@ -76,7 +65,7 @@ def as_number(text):
 def traces(tmp_path, profile, *extra):
     """`pprof -traces` as Counter {(frames leaf first, frozenset of (label, value)): value}."""
     out = Counter()
-    for block in pprof(tmp_path, "-traces", *extra, profile).split("-----------+")[1:]:
+    for block in go_pprof(tmp_path, "-traces", *extra, profile).split("-----------+")[1:]:
         labels, frames, value = set(), [], None
         for line in block.splitlines()[1:]:
             if not line.strip() or line.startswith("---"):
@@ -102,7 +91,7 @@ def raw(tmp_path, profile):
     """`pprof -raw`: {"types": [...], "samples": [(values, [location ids]), ...],
     "locations": {id: (address, mapping, [(function, file, line)...])},
     "mappings": [text lines], "text": the whole output}."""
-    text = pprof(tmp_path, "-raw", profile)
+    text = go_pprof(tmp_path, "-raw", profile)
     lines = text.splitlines()
     out = {"types": [], "samples": [], "locations": {}, "mappings": [], "text": text}
     section, last = None, None
@@ -236,7 +225,7 @@ def test_native_launches_every_sample_its_stack_count_and_labels(tmp_path):
     assert [f for f in some if f in ("run_worker", "liba_submit", "libb_launch")] == \
            ["libb_launch", "liba_submit", "run_worker"]
 
-    top = pprof(tmp_path, "-top", profile)
+    top = go_pprof(tmp_path, "-top", profile)
     assert "Type: launches" in top and "Total samples = 100" in top
     for name in ("run_worker", "liba_submit", "libb_launch", "cudaLaunchKernel"):
         assert re.search(rf"\s{name}$", top, re.M), top
@@ -245,7 +234,7 @@ def test_native_launches_every_sample_its_stack_count_and_labels(tmp_path):
     # one label value per thread, and pprof filters on them
     tids = Counter(str(x["tid"]) for x in outer_launches(rec.path))
     assert len(tids) == 2
-    tags = pprof(tmp_path, "-tags", profile)
+    tags = go_pprof(tmp_path, "-tags", profile)
     assert "comm:" in tags and "kernel:" in tags and "pid:" in tags
     for tid, n in tids.items():
         focused = traces(tmp_path, profile, f"-tagfocus=tid={tid}")
@@ -292,7 +281,7 @@ def test_nccl_launches_labelled_with_op_and_communicator(tmp_path, scenario):
     assert len(hashes) == (2 if scenario == "two-comms" else 1)
     for h, n in hashes.items():
         assert sum(traces(tmp_path, profile, f"-tagfocus=comm_hash={h}").values()) == n
-    tags = pprof(tmp_path, "-tags", profile)
+    tags = go_pprof(tmp_path, "-tags", profile)
     assert "nccl_op:" in tags and "comm_hash:" in tags
 
 
@@ -316,7 +305,7 @@ def test_gpu_time_from_cupti_records(tmp_path, scenario):
     assert leaf_totals(r, 1) == folded_totals(out / "merged.gpu_ns.folded")
     assert sum(v[0] for v, _ in r["samples"]) == len(outer_launches(out))
     assert traces(tmp_path, profile) == expected_traces(out)
-    top = pprof(tmp_path, "-top", "-sample_index=gpu_time", "-unit=ns", profile)
+    top = go_pprof(tmp_path, "-top", "-sample_index=gpu_time", "-unit=ns", profile)
     total = sum(folded_totals(out / "merged.gpu_ns.folded").values())
     assert f"Total samples = {total}ns" in top, top
 
@@ -369,8 +358,8 @@ def test_hostile_frame_names_stay_decodable(tmp_path):
     assert dict(labels)["comm"] == "tr\ufffdainer"
     lines = traces(tmp_path, profile, "-lines")
     assert any("<module> /srv/we\ufffdird dir/m.py:7" in f for fr, _ in lines for f in fr)
-    pprof(tmp_path, "-top", profile)
-    pprof(tmp_path, "-raw", profile)
+    go_pprof(tmp_path, "-top", profile)
+    go_pprof(tmp_path, "-raw", profile)
 
 
 def test_locations_give_mappings_lines_and_inlined_frames(tmp_path):
@@ -449,7 +438,7 @@ def test_graph_pending_unmatched_nested_and_malformed_lines(tmp_path):
     assert [f for f, _ in unmatched] == [("[GPU_Memset]", "[no launch stack]")]
     assert (("[GPU_Kernel]k2",), frozenset({("pid", "42"), ("tid", "43"), ("comm", "trainer"),
                                             ("kernel", "k2")})) in got
-    assert "Duration: 5.70us" in pprof(tmp_path, "-top", profile)  # 100 ns .. 5800 ns
+    assert "Duration: 5.70us" in go_pprof(tmp_path, "-top", profile)  # 100 ns .. 5800 ns
 
 
 def test_daemon_aggregate_set_from_folded_files(tmp_path):
@@ -485,7 +474,7 @@ def test_daemon_aggregate_set_from_folded_files(tmp_path):
     assert got[(("[GPU_Kernel]softmax<float>", "cudaLaunchKernel", "(anonymous namespace)::run",
                  "std::function<void ()>::operator()", "train train.py:41", "main"),
                 labels)] == 12
-    top = pprof(tmp_path, "-top", profile)
+    top = go_pprof(tmp_path, "-top", profile)
     assert "Time: Nov 18, 2026 at 11:06am (UTC)" in top and "Duration: 60s," in top, top
 
 

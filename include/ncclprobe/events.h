@@ -280,6 +280,13 @@ struct np_nccl_plan_event {
 _Static_assert(NP_NCCL_COMM_BYTES <= NP_DEREF_BYTES, "comm span must fit deref");
 _Static_assert(sizeof(struct np_nccl_plan_event) <= 32768, "per-CPU value limit");
 
+/* probe_rate[probe id]: the daemon's per-probe rate limit window (user
+ * space zeroes it when a probe id is reused). */
+struct np_rate_window {
+    __u64 start_ns;
+    __u64 sent; /* launches sent in the window */
+};
+
 /* Global counters (per-CPU array "counters", summed by user space). */
 enum np_counter {
     NP_CNT_LAUNCH_SENT = 0, /* launch/API events written to the ring buffer */

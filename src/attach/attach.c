@@ -89,11 +89,22 @@ void np_attacher_detach_all(struct np_attacher *a) {
 }
 
 /* ---- releasing one process's probes (the daemon) --------------------------
- * A queue of links to close and a few threads that close them: a process
- * exiting must not stall the reader for the grace periods of its uprobes
- * (~40 ms each), and several closes wait out their grace periods together. */
+ * A released process's links go to a few closer threads as one batch: a
+ * process exiting must not stall the reader for the grace periods of its
+ * uprobes (~40 ms each), and batches of several processes wait out their
+ * grace periods together. The batch's probe ids become reusable only once
+ * all its links are closed: until then an old uprobe may still fire with
+ * one of those ids as its cookie. */
 
 #define CLOSER_THREADS 8
+
+struct close_batch {
+    int *fds;                /* uprobe_multi links */
+    struct bpf_link **links; /* perf-event links */
+    uint32_t *ids;           /* the probe ids they serve */
+    size_t nfds, nlinks, nids;
+    struct close_batch *next;
+};
 
 struct np_closer {
     pthread_mutex_t lock;
@@ -101,29 +112,61 @@ struct np_closer {
     pthread_t threads[CLOSER_THREADS];
     int nthreads;
     bool stopping;
-    int *fds;                /* uprobe_multi links */
-    struct bpf_link **links; /* perf-event links */
-    size_t nfds, nlinks, fds_cap, links_cap;
-    size_t busy; /* taken from the queue, being closed */
+    struct close_batch *queue;
+    uint32_t *ready_ids; /* ids whose links are all closed: new sites take them */
+    size_t nready, ready_cap;
 };
+
+static bool grow(void **items, size_t *cap, size_t n, size_t size) {
+    if (n < *cap)
+        return true;
+    size_t ncap = *cap ? *cap * 2 : 64;
+    void *p = realloc(*items, ncap * size);
+    if (!p)
+        return false;
+    *items = p;
+    *cap = ncap;
+    return true;
+}
+
+static void free_batch(struct close_batch *b) {
+    free(b->fds);
+    free(b->links);
+    free(b->ids);
+    free(b);
+}
+
+/* Closes a batch's links (each waits out a grace period). */
+static void close_batch_links(struct close_batch *b) {
+    for (size_t i = 0; i < b->nfds; i++)
+        close(b->fds[i]);
+    for (size_t i = 0; i < b->nlinks; i++)
+        bpf_link__destroy(b->links[i]);
+}
+
+/* With the lock held: the batch's ids become reusable (an id that cannot
+ * be remembered is simply never reused). */
+static void make_ready(struct np_closer *c, const struct close_batch *b) {
+    for (size_t i = 0; i < b->nids; i++)
+        if (grow((void **)&c->ready_ids, &c->ready_cap, c->nready, sizeof(uint32_t)))
+            c->ready_ids[c->nready++] = b->ids[i];
+}
 
 static void *closer_main(void *arg) {
     struct np_closer *c = arg;
     pthread_mutex_lock(&c->lock);
     for (;;) {
-        while (!c->stopping && !c->nfds && !c->nlinks)
+        while (!c->stopping && !c->queue)
             pthread_cond_wait(&c->wake, &c->lock);
-        if (!c->nfds && !c->nlinks)
+        struct close_batch *b = c->queue;
+        if (!b)
             break; /* stopping, and everything is closed */
-        int fd = c->nfds ? c->fds[--c->nfds] : -1;
-        struct bpf_link *link = fd < 0 ? c->links[--c->nlinks] : NULL;
-        c->busy++;
+        c->queue = b->next;
         pthread_mutex_unlock(&c->lock);
-        if (fd >= 0)
-            close(fd);
-        bpf_link__destroy(link);
+        close_batch_links(b);
         pthread_mutex_lock(&c->lock);
-        c->busy--;
+        make_ready(c, b);
+        free_batch(b);
     }
     pthread_mutex_unlock(&c->lock);
     return NULL;
@@ -159,53 +202,36 @@ static void closer_free(struct np_closer *c) {
         pthread_join(c->threads[i], NULL);
     pthread_mutex_destroy(&c->lock);
     pthread_cond_destroy(&c->wake);
-    free(c->fds);
-    free(c->links);
+    free(c->ready_ids);
     free(c);
 }
 
-static bool grow(void **items, size_t *cap, size_t n, size_t size) {
-    if (n < *cap)
-        return true;
-    size_t ncap = *cap ? *cap * 2 : 64;
-    void *p = realloc(*items, ncap * size);
-    if (!p)
-        return false;
-    *items = p;
-    *cap = ncap;
-    return true;
-}
-
-/* Hands a link to the closer; closes it here when there is no closer. */
-static void close_later(struct np_attacher *a, int fd, struct bpf_link *link) {
+/* Hands a batch to the closer threads; closes it here without them. */
+static void close_later(struct np_attacher *a, struct close_batch *b) {
     if (!a->closer)
         a->closer = closer_new();
     struct np_closer *c = a->closer;
-    bool queued = false;
-    if (c) {
-        pthread_mutex_lock(&c->lock);
-        if (fd >= 0 && grow((void **)&c->fds, &c->fds_cap, c->nfds, sizeof(int)))
-            c->fds[c->nfds++] = fd, queued = true;
-        else if (link && grow((void **)&c->links, &c->links_cap, c->nlinks, sizeof(link)))
-            c->links[c->nlinks++] = link, queued = true;
-        pthread_cond_signal(&c->wake);
-        pthread_mutex_unlock(&c->lock);
+    if (!c) {
+        close_batch_links(b);
+        free_batch(b); /* its ids are not reused */
+        return;
     }
-    if (!queued) {
-        if (fd >= 0)
-            close(fd);
-        bpf_link__destroy(link);
-    }
+    pthread_mutex_lock(&c->lock);
+    b->next = c->queue;
+    c->queue = b;
+    pthread_cond_signal(&c->wake);
+    pthread_mutex_unlock(&c->lock);
 }
 
-size_t np_attacher_closing(struct np_attacher *a) {
+/* A probe id whose links are all closed, or 0. */
+static uint32_t reusable_id(struct np_attacher *a) {
     struct np_closer *c = a->closer;
     if (!c)
         return 0;
     pthread_mutex_lock(&c->lock);
-    size_t n = c->nfds + c->nlinks + c->busy;
+    uint32_t id = c->nready ? c->ready_ids[--c->nready] : 0;
     pthread_mutex_unlock(&c->lock);
-    return n;
+    return id;
 }
 
 /* Zeroes a per-CPU counter of a probe id (before the id is reused). */
@@ -218,7 +244,26 @@ static void zero_percpu(struct bpf_map *map, uint32_t id) {
     bpf_map__update_elem(map, &id, sizeof(id), zeros, sizeof(zeros), BPF_ANY);
 }
 
+/* Adds what a site holds to a batch; false when out of memory. */
+static bool batch_site(struct close_batch *b, struct np_probe_site *s, size_t *caps) {
+    struct bpf_link *links[2] = {s->link, s->ret_link};
+    for (int k = 0; k < 2; k++) {
+        if (!links[k])
+            continue;
+        if (!grow((void **)&b->links, &caps[0], b->nlinks, sizeof(*b->links)))
+            return false;
+        b->links[b->nlinks++] = links[k];
+    }
+    s->link = s->ret_link = NULL;
+    if (!grow((void **)&b->ids, &caps[1], b->nids, sizeof(*b->ids)))
+        return true; /* the links still get closed; the id is just not reused */
+    b->ids[b->nids++] = s->id;
+    return true;
+}
+
 int np_attacher_release_pid(struct np_attacher *a, pid_t pid) {
+    struct close_batch *b = calloc(1, sizeof(*b));
+    size_t caps[3] = {0}; /* links, ids, fds */
     int released = 0;
     for (size_t i = 0; i < a->nsites; i++) {
         struct np_probe_site *s = &a->sites[i];
@@ -229,26 +274,28 @@ int np_attacher_release_pid(struct np_attacher *a, pid_t pid) {
         bpf_map__update_elem(a->skel->maps.probe_cfg, &s->id, sizeof(s->id), &off, sizeof(off),
                              BPF_ANY);
         bpf_map__delete_elem(a->skel->maps.nccl_cfg, &s->id, sizeof(s->id), 0);
-        if (s->link)
-            close_later(a, -1, s->link);
-        if (s->ret_link)
-            close_later(a, -1, s->ret_link);
-        s->link = s->ret_link = NULL;
+        if (!b || !batch_site(b, s, caps)) { /* no memory: closed here, at once */
+            bpf_link__destroy(s->link);
+            bpf_link__destroy(s->ret_link);
+            s->link = s->ret_link = NULL;
+        }
         s->released = true;
-        if (grow((void **)&a->free_ids, &a->free_cap, a->nfree, sizeof(uint32_t)))
-            a->free_ids[a->nfree++] = s->id;
         released++;
     }
     size_t kept = 0;
     for (size_t i = 0; i < a->nmulti; i++) {
-        if (a->multi_pids[i] == pid) {
-            close_later(a, a->multi_fds[i], NULL);
-            continue;
+        if (a->multi_pids[i] != pid) {
+            a->multi_fds[kept] = a->multi_fds[i];
+            a->multi_pids[kept++] = a->multi_pids[i];
+        } else if (b && grow((void **)&b->fds, &caps[2], b->nfds, sizeof(*b->fds))) {
+            b->fds[b->nfds++] = a->multi_fds[i];
+        } else {
+            close(a->multi_fds[i]);
         }
-        a->multi_fds[kept] = a->multi_fds[i];
-        a->multi_pids[kept++] = a->multi_pids[i];
     }
     a->nmulti = kept;
+    if (b)
+        close_later(a, b);
     return released;
 }
 
@@ -257,7 +304,6 @@ void np_attacher_destroy(struct np_attacher *a) {
     np_attacher_detach_all(a);
     free(a->multi_fds);
     free(a->multi_pids);
-    free(a->free_ids);
     free(a->sites);
     np_map_free(&a->scan_cache, free_scan);
     memset(a, 0, sizeof(*a));
@@ -270,14 +316,17 @@ const struct np_probe_site *np_attacher_site(const struct np_attacher *a, uint32
 }
 
 static struct np_probe_site *new_site(struct np_attacher *a) {
-    if (a->nfree) { /* a released id: its counters start again from zero */
-        uint32_t id = a->free_ids[--a->nfree];
+    uint32_t id = reusable_id(a);
+    if (id) { /* a released id: its counters start again from zero */
         struct np_probe_site *s = &a->sites[id - 1];
         memset(s, 0, sizeof(*s));
         s->id = id;
         zero_percpu(a->skel->maps.probe_hits, id);
         zero_percpu(a->skel->maps.probe_drops, id);
         zero_percpu(a->skel->maps.probe_limited, id);
+        struct np_rate_window fresh = {0};
+        bpf_map__update_elem(a->skel->maps.probe_rate, &id, sizeof(id), &fresh, sizeof(fresh),
+                             BPF_ANY);
         return s;
     }
     if (a->nsites + 1 >= NP_MAX_PROBES)

@@ -60,9 +60,8 @@ struct np_attacher {
     size_t nmulti, multi_cap;
     struct np_probe_site *sites; /* sites[id - 1] */
     size_t nsites, cap;
-    uint32_t *free_ids; /* ids of released sites, reused first */
-    size_t nfree, free_cap;
-    struct np_closer *closer; /* closes released links off the caller's thread */
+    struct np_closer *closer; /* closes released links off the caller's thread, then
+                                 hands their ids back for reuse */
     struct np_map scan_cache; /* file identity -> struct np_scanned_file * */
 };
 
@@ -73,12 +72,9 @@ void np_attacher_detach_all(struct np_attacher *a);
 void np_attacher_destroy(struct np_attacher *a);
 /* A process is gone (or no longer traced): its probes are switched off in
  * BPF now, their links closed by a background thread (removing a uprobe
- * waits for an RCU grace period), and their ids reused by later probes.
- * Records still in flight with those ids are refused by ingest (the site's
- * pid no longer matches). Returns how many probes were released. */
+ * waits for an RCU grace period), and their ids reused by later probes once
+ * those links are closed. Returns how many probes were released. */
 int np_attacher_release_pid(struct np_attacher *a, pid_t pid);
-/* Links released but not closed yet (the closer's queue). */
-size_t np_attacher_closing(struct np_attacher *a);
 const struct np_probe_site *np_attacher_site(const struct np_attacher *a, uint32_t id);
 
 /* Scans the target's /proc/PID/maps and attaches to every file not seen

@@ -253,8 +253,8 @@ static int write_summary(struct np_session *s) {
     int err = (!hits || !drops || ncpus <= 0) ? -ENOMEM : 0;
 
     for (size_t id = 1; !err && id < nprobes; id++) {
-        hits[id] = np_session_probe_counter(s, s->skel->maps.probe_hits, (uint32_t)id);
-        drops[id] = np_session_probe_counter(s, s->skel->maps.probe_drops, (uint32_t)id);
+        hits[id] = np_session_probe_counter(s->skel->maps.probe_hits, (uint32_t)id);
+        drops[id] = np_session_probe_counter(s->skel->maps.probe_drops, (uint32_t)id);
     }
     for (__u32 c = 0; !err && c < NP_CNT_MAX; c++)
         counters[c] = np_session_counter(s, c);

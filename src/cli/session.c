@@ -57,15 +57,15 @@ int np_session_add_target(struct np_session *s, pid_t pid, struct np_target **ou
         return -ENOMEM;
     }
     s->targets = targets;
-    s->targets[s->ntargets++] = t;
     t->kernels = np_kernel_names_new();
-    if (!t->kernels)
-        return -ENOMEM;
-    if (t->pidfd >= 0) {
+    err = t->kernels ? 0 : -ENOMEM;
+    if (!err && t->pidfd >= 0)
         err = np_session_watch(s->epfd, t->pidfd, NP_TAG_TARGET + (uint64_t)pid);
-        if (err)
-            return err;
+    if (err) {
+        np_target_free(t);
+        return err;
     }
+    s->targets[s->ntargets++] = t;
     *out = t;
     return 0;
 }
@@ -365,11 +365,7 @@ static int sum_percpu(int map_fd, __u32 key, int ncpus, uint64_t *out) {
 /* ---- results -------------------------------------------------------------- */
 
 uint64_t np_session_counter(struct np_session *s, __u32 which) {
-    int ncpus = libbpf_num_possible_cpus();
-    uint64_t n = 0;
-    if (ncpus > 0)
-        sum_percpu(bpf_map__fd(s->skel->maps.counters), which, ncpus, &n);
-    return n;
+    return np_session_probe_counter(s->skel->maps.counters, which);
 }
 
 static uint64_t records_sent_by_bpf(struct np_session *s) {
@@ -380,8 +376,8 @@ static uint64_t records_sent_by_bpf(struct np_session *s) {
 
 uint64_t np_session_records_received(const struct np_session *s) {
     const struct np_ingest_stats *st = &s->ingest.stats;
-    return st->launch_events + st->handle_events + st->map_events + st->marker_events +
-           st->nccl_plan_events + st->malformed + st->unknown_source;
+    return st->launch_events + st->not_recorded + st->handle_events + st->map_events +
+           st->marker_events + st->nccl_plan_events + st->malformed + st->unknown_source;
 }
 
 /* The last GPU records of targets still running (their libraries flush
@@ -434,12 +430,11 @@ void np_session_stop_and_drain(struct np_session *s) {
             (unsigned long long)(records_sent_by_bpf(s) - np_session_records_received(s)));
 }
 
-uint64_t np_session_probe_counter(struct np_session *s, struct bpf_map *map, uint32_t id) {
+uint64_t np_session_probe_counter(struct bpf_map *map, uint32_t id) {
     int ncpus = libbpf_num_possible_cpus();
     uint64_t n = 0;
     if (ncpus > 0)
         sum_percpu(bpf_map__fd(map), id, ncpus, &n);
-    (void)s;
     return n;
 }
 

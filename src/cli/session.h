@@ -74,7 +74,7 @@ int np_session_setup_gpu(struct np_session *s);
 void np_session_gpu_tick(struct np_session *s, bool ring_read);
 uint64_t np_session_counter(struct np_session *s, __u32 which);
 /* Sums a per-CPU per-probe counter map (probe_hits, probe_drops, probe_limited). */
-uint64_t np_session_probe_counter(struct np_session *s, struct bpf_map *map, uint32_t id);
+uint64_t np_session_probe_counter(struct bpf_map *map, uint32_t id);
 uint64_t np_session_records_received(const struct np_session *s);
 void np_session_stop_and_drain(struct np_session *s);
 void np_session_finish_gpu(struct np_session *s);

@@ -58,13 +58,6 @@ const struct np_gpu_counters *np_gpu_join_counters(const struct np_gpu_join *j) 
     return &j->counters;
 }
 
-size_t np_gpu_join_waiting_for(const struct np_gpu_join *j, const void *owner) {
-    size_t n = 0;
-    for (const struct np_gpu_launch *l = j->oldest; l; l = l->next)
-        n += l->owner == owner;
-    return n;
-}
-
 size_t np_gpu_join_waiting(const struct np_gpu_join *j) {
     return j->waiting;
 }

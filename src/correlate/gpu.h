@@ -77,8 +77,7 @@ void np_gpu_join_free(struct np_gpu_join *j);
 int np_gpu_join_launch(struct np_gpu_join *j, uint32_t pid, uint32_t tid, uint64_t stack_id,
                        const char *json, const char *cpu_kernel, bool runtime_api, uint64_t tag,
                        void *owner, uint64_t now);
-/* Launches still waiting that belong to owner. */
-size_t np_gpu_join_waiting_for(const struct np_gpu_join *j, const void *owner);
+
 /* A CUPTI callback (domain 1 driver, 2 runtime) on thread tid named id. It
  * belongs to the thread's open launch when that launch can contain it: one
  * id per domain (a runtime call and the driver call it makes), runtime ids

@@ -31,6 +31,7 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -48,6 +49,7 @@
 #include "lib/caps.h"
 #include "lib/util.h"
 #include "ncclprobe.skel.h"
+#include "writers/formats.h"
 #include "writers/json.h"
 #include "writers/output.h"
 
@@ -66,7 +68,9 @@ struct dproc {
     struct np_proc_labels labels;
     struct np_outset *set; /* where its records go now; NULL: opened on the next record */
     bool exited;
+    bool reconsider; /* exec'd (or its pid was reused): looked at again once reaped */
     uint64_t exited_ns;
+    uint64_t set_retry_ns;  /* its output set could not be made: not before then */
     uint64_t launches_prev; /* for its launch rate */
     double launches_per_s;
 };
@@ -82,12 +86,14 @@ struct daemon {
     struct np_ctl_server *ctl;
     struct np_map procs;       /* pid -> struct dproc * */
     struct np_map exe_checked; /* executable identity -> 1 has launch probes, 2 has none */
+    struct np_map rejected;    /* pid -> 1: not selected by the filters (until it execs) */
+    uint64_t lost_seen;        /* discovery notifications lost, as last handled */
     struct np_outset *sets;    /* open and closing, newest first */
     /* the capture window */
     bool window_open;
-    uint64_t window_id, windows_opened;
+    uint64_t window_id; /* the open (or last) window's: 1, 2, ... */
     char window_reason[32];
-    uint64_t window_start_rt, window_start_mono, window_end_mono; /* end: 0 none */
+    uint64_t window_start_rt, window_start_mono, window_end_mono; /* end: duration or max_window */
     bool flag_present;
     /* the always-on aggregation's current period */
     uint64_t period_start_rt, period_start_mono;
@@ -100,7 +106,10 @@ struct daemon {
     int calm_seconds; /* seconds the unlimited load would have fit the budget */
     /* what status reports */
     uint64_t start_mono, attached, detached, skipped_by_filter, cache_resets, sets_written;
-    uint64_t missed; /* processes gone before they could be attached */
+    uint64_t missed;     /* processes gone before they could be attached */
+    unsigned converters; /* child processes making sets' derived outputs */
+    char **to_convert;   /* written sets waiting for a converter */
+    size_t nto_convert;
     double delays_ms[NDELAYS];
     size_t ndelays;
     double delay_max_ms;
@@ -126,8 +135,8 @@ static void proc_counters(struct daemon *d, pid_t pid, uint64_t *drops, uint64_t
         const struct np_probe_site *site = &a->sites[i];
         if (site->pid != pid || site->released)
             continue;
-        *drops += np_session_probe_counter(&d->s, d->s.skel->maps.probe_drops, site->id);
-        *limited += np_session_probe_counter(&d->s, d->s.skel->maps.probe_limited, site->id);
+        *drops += np_session_probe_counter(d->s.skel->maps.probe_drops, site->id);
+        *limited += np_session_probe_counter(d->s.skel->maps.probe_limited, site->id);
     }
 }
 
@@ -138,9 +147,11 @@ static struct np_outset *open_set(struct daemon *d, struct dproc *p) {
                              window ? NP_OUTSET_WINDOW : NP_OUTSET_AGGREGATE, &p->labels,
                              window ? d->window_id : 0, window ? d->window_reason : "aggregate",
                              window ? d->window_start_rt : d->period_start_rt, &set);
-    if (err) {
-        np_warn("pid %d (%s): cannot create its output set in %s: %s", p->labels.pid,
-                p->labels.comm, d->cfg.output_dir, strerror(-err));
+    if (err) { /* said once, tried again in 10 s (a full disk, no fds) */
+        np_warn("pid %d (%s): cannot create its output set in %s: %s (its records are "
+                "dropped for 10 s)",
+                p->labels.pid, p->labels.comm, d->cfg.output_dir, strerror(-err));
+        p->set_retry_ns = np_monotonic_ns() + 10000000000ull;
         return NULL;
     }
     proc_counters(d, p->labels.pid, &set->drops_at_open, &set->limited_at_open);
@@ -170,20 +181,80 @@ static void close_set(struct daemon *d, struct dproc *p) {
         count_set(d, p);
     p->set = NULL;
     set->closing = true;
-    set->closing_since_ns = np_monotonic_ns();
     set->end_realtime_ns = np_realtime_ns();
+}
+
+/* The derived outputs of a written set (pprof, trace.json, flame graphs)
+ * read its whole JSONL files: a large window takes seconds. They are made
+ * in child processes at low priority (MAX_CONVERTERS at once, the others
+ * queued), so the reader never stalls and the work does not count against
+ * our CPU budget; inline if fork fails. */
+#define MAX_CONVERTERS 2
+
+static void run_converter(struct daemon *d, const char *dir) {
+    pid_t pid = fork();
+    if (pid == 0) { /* none of our descriptors (probe links, sockets) and default signals */
+        sigset_t all;
+        sigfillset(&all);
+        sigprocmask(SIG_UNBLOCK, &all, NULL);
+        close_range(3, ~0u, 0);
+        if (nice(10) < 0)
+            np_debug("nice: %s", strerror(errno));
+        _exit(np_formats_write(dir, d->cfg.formats) ? 1 : 0);
+    }
+    if (pid > 0) {
+        d->converters++;
+        return;
+    }
+    np_debug("fork: %s: converting %s here", strerror(errno), dir);
+    np_formats_write(dir, d->cfg.formats);
+}
+
+static void convert_set(struct daemon *d, const char *dir) {
+    if (!d->cfg.formats)
+        return;
+    if (d->converters < MAX_CONVERTERS) {
+        run_converter(d, dir);
+        return;
+    }
+    char *copy = strdup(dir);
+    char **queue = copy ? realloc(d->to_convert, (d->nto_convert + 1) * sizeof(*queue)) : NULL;
+    if (!queue) {
+        free(copy);
+        run_converter(d, dir); /* no memory to queue it: one more at once */
+        return;
+    }
+    d->to_convert = queue;
+    d->to_convert[d->nto_convert++] = copy;
+}
+
+/* Converters that finished, and queued sets started in their place;
+ * waits for all of them when `all`. */
+static void reap_converters(struct daemon *d, bool all) {
+    for (;;) {
+        while (d->converters > 0 && waitpid(-1, NULL, all ? 0 : WNOHANG) > 0)
+            d->converters--;
+        if (!d->nto_convert || d->converters >= MAX_CONVERTERS)
+            return;
+        char *dir = d->to_convert[0];
+        memmove(d->to_convert, d->to_convert + 1, --d->nto_convert * sizeof(*d->to_convert));
+        run_converter(d, dir);
+        free(dir);
+    }
 }
 
 static void finish_set(struct daemon *d, struct np_outset *set) {
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s", set->dir);
     uint64_t launches = 0;
-    int err = np_outset_finish(set, d->cfg.formats, &launches);
+    int err = np_outset_finish(set, &launches);
     d->sets_written++;
-    if (err)
+    if (err) {
         np_warn("output set %s: %s", dir, strerror(-err));
-    else
-        np_info("wrote %s (%" PRIu64 " launches)", dir, launches);
+        return;
+    }
+    np_info("wrote %s (%" PRIu64 " launches)", dir, launches);
+    convert_set(d, dir);
 }
 
 /* Closing sets whose launches no longer wait for GPU records are written;
@@ -193,8 +264,7 @@ static void finish_closing_sets(struct daemon *d, bool all) {
     bool wrote = false;
     while (*link) {
         struct np_outset *set = *link;
-        bool waiting = !all && d->s.gpu_join && np_gpu_join_waiting_for(d->s.gpu_join, set->out);
-        if (!set->closing || waiting) {
+        if (!set->closing || (set->held && !all)) {
             link = &set->next;
             continue;
         }
@@ -206,13 +276,36 @@ static void finish_closing_sets(struct daemon *d, bool all) {
         d->last_retain_ns = 0; /* retention runs on the next tick */
 }
 
+/* The set writing to out (open or closing). */
+static struct np_outset *set_of_output(struct daemon *d, const void *out) {
+    for (struct np_outset *s = d->sets; s; s = s->next)
+        if (s->out == out)
+            return s;
+    return NULL;
+}
+
+/* ingest's callback: a launch of out waits for its GPU records. */
+static void on_held(void *ctx, struct np_output *out) {
+    struct np_outset *set = set_of_output((struct daemon *)ctx, out);
+    if (set)
+        set->held++;
+}
+
+/* The session's: a held launch was written (its GPU records came, or not). */
+static void on_gpu_retired(struct np_session *s, void *owner) {
+    struct np_outset *set = set_of_output((struct daemon *)s, owner);
+    if (set && set->held)
+        set->held--;
+}
+
 /* ingest's callback: where a process's records go now. */
 static struct np_output *output_for(void *ctx, struct np_target *t) {
     struct daemon *d = ctx;
     struct dproc *p = np_map_get_u64(&d->procs, (uint64_t)t->pid);
     if (!p)
         return NULL;
-    if (!p->set && (d->window_open || d->cfg.aggregate) && !p->exited)
+    if (!p->set && (d->window_open || d->cfg.aggregate) && !p->exited &&
+        np_monotonic_ns() >= p->set_retry_ns)
         p->set = open_set(d, p);
     return p->set ? p->set->out : NULL;
 }
@@ -293,6 +386,10 @@ static void untrace(struct daemon *d, struct dproc *p, const char *why) {
     np_info("pid %d (%s): no longer traced (%s)", p->labels.pid, p->labels.comm, why);
 }
 
+/* Why a process is looked at. */
+enum event { EV_SCAN, EV_MMAP, EV_EXEC };
+static void consider(struct daemon *d, pid_t pid, uint64_t seen_ns, enum event why);
+
 /* Exited processes whose records have all been read: sets closed, gone. */
 static void reap_exited(struct daemon *d, bool ring_read) {
     uint64_t now = np_monotonic_ns();
@@ -307,11 +404,14 @@ static void reap_exited(struct daemon *d, bool ring_read) {
     }
     for (size_t i = 0; i < n; i++) {
         struct dproc *p = np_map_del_u64(&d->procs, (uint64_t)gone[i]);
+        bool reconsider = p->reconsider;
         close_set(d, p);
         struct np_target *t = np_session_find_target(&d->s, gone[i]);
         if (t)
             np_session_remove_target(&d->s, t);
         free(p);
+        if (reconsider) /* the program it exec'd, with what it has mapped by now */
+            consider(d, gone[i], 0, EV_SCAN);
     }
     if (n) /* a process's symbols are megabytes: give them back, not just to malloc */
         malloc_trim(0);
@@ -321,9 +421,10 @@ static void reap_exited(struct daemon *d, bool ring_read) {
 static int trace(struct daemon *d, const struct np_proc_labels *labels, uint64_t seen_ns) {
     struct np_target *t = NULL;
     int err = np_session_add_target(&d->s, labels->pid, &t);
-    if (!err)
-        err = np_session_ensure_symbolizer(t);
+    /* probes first: its first launch may come within milliseconds */
     int n = err ? err : np_attach_from_maps(&d->s.attacher, t, seen_ns);
+    if (n >= 0 && (err = np_session_ensure_symbolizer(t)) < 0)
+        n = err;
     if (n >= 0 && t) {
         t->attached = true;
         np_session_detect_python(&d->s, t);
@@ -360,9 +461,6 @@ static int trace(struct daemon *d, const struct np_proc_labels *labels, uint64_t
     return 0;
 }
 
-/* Why a process is looked at. */
-enum event { EV_SCAN, EV_MMAP, EV_EXEC };
-
 /* Something happened to pid: trace it if it now qualifies, or attach to
  * what it newly mapped. A library load was already matched by name in
  * BPF; an exec only maps the executable (its libraries come as loads); a
@@ -372,14 +470,18 @@ static void consider(struct daemon *d, pid_t pid, uint64_t seen_ns, enum event w
     if (pid == getpid())
         return;
     struct dproc *p = np_map_get_u64(&d->procs, (uint64_t)pid);
+    if (exec)
+        np_map_del_u64(&d->rejected, (uint64_t)pid); /* another program: filtered anew */
+    else if (np_map_get_u64(&d->rejected, (uint64_t)pid))
+        return;
     if (p && exec && !p->exited) /* a new program in that process: start over */
         untrace(d, p, "exec");
-    if (p && p->exited) {
-        reap_exited(d, true);
-        if (np_map_get_u64(&d->procs, (uint64_t)pid))
-            return; /* its old records are still being read */
-        p = NULL;
+    if (p && p->exited) {     /* old records still being read (exec, or a reused pid) */
+        p->reconsider = true; /* reap_exited looks at it again */
+        return;
     }
+    if (p && why == EV_SCAN) /* traced: its own loads are reported as they happen */
+        return;
     if (p) { /* a traced process loaded a library */
         struct np_target *t = np_session_find_target(&d->s, pid);
         if (t) {
@@ -400,15 +502,11 @@ static void consider(struct daemon *d, pid_t pid, uint64_t seen_ns, enum event w
     }
     if (!selected(d, &labels)) {
         d->skipped_by_filter++;
+        np_map_put_u64(&d->rejected, (uint64_t)pid, (void *)1);
         np_debug("pid %d (%s): not selected by the filters", pid, labels.comm);
         return;
     }
     trace(d, &labels, seen_ns);
-}
-
-static void on_discovery(void *ctx, const struct np_disc_event *ev) {
-    struct daemon *d = ctx;
-    consider(d, (pid_t)ev->pid, ev->ts_ns, ev->kind == NP_DISC_EXEC ? EV_EXEC : EV_MMAP);
 }
 
 static int consider_existing(void *ctx, pid_t pid) {
@@ -416,10 +514,26 @@ static int consider_existing(void *ctx, pid_t pid) {
     return 0;
 }
 
+/* Notifications lost to a full discovery ring (an exec storm): the
+ * processes they were about are found by walking /proc instead. */
+static void rescan_after_losses(struct daemon *d) {
+    uint64_t lost = np_discover_lost(d->disc);
+    if (lost == d->lost_seen)
+        return;
+    np_warn("%" PRIu64 " process notifications lost: looking through /proc", lost - d->lost_seen);
+    d->lost_seen = lost;
+    np_proc_each(consider_existing, d);
+}
+
+static void on_discovery(void *ctx, const struct np_disc_event *ev) {
+    struct daemon *d = ctx;
+    consider(d, (pid_t)ev->pid, ev->ts_ns, ev->kind == NP_DISC_EXEC ? EV_EXEC : EV_MMAP);
+}
+
 /* ---- windows ---------------------------------------------------------- */
 
 static void set_bpf_switch(struct daemon *d) {
-    d->s.skel->bss->stopped = !(d->window_open || d->cfg.aggregate);
+    d->s.skel->bss->paused = !(d->window_open || d->cfg.aggregate);
 }
 
 static void each_proc(struct daemon *d, void (*fn)(struct daemon *, struct dproc *)) {
@@ -447,7 +561,7 @@ static int open_window(struct daemon *d, const char *reason, double duration_s, 
         return -EBUSY;
     }
     d->window_open = true;
-    d->window_id = ++d->windows_opened;
+    d->window_id++;
     snprintf(d->window_reason, sizeof(d->window_reason), "%s", reason);
     d->window_start_rt = np_realtime_ns();
     d->window_start_mono = np_monotonic_ns();
@@ -737,7 +851,8 @@ static void check_cpu_budget(struct daemon *d, uint64_t now) {
     if (d->calm_seconds >= 5) {
         d->limit_active = false;
         d->s.skel->bss->rate_limit = 0;
-        np_info("CPU budget met again: rate limit lifted (%" PRIu64 " launches were not recorded)",
+        np_info("CPU budget met again: rate limit lifted (%" PRIu64
+                " launches not recorded since the daemon started)",
                 limited);
     }
 }
@@ -773,14 +888,9 @@ static void update_rates(struct daemon *d) {
 }
 
 static void retain(struct daemon *d) {
-    const char *open_dirs[512];
-    size_t n = 0;
-    for (struct np_outset *s = d->sets; s && n + 1 < NP_ARRAY_SIZE(open_dirs); s = s->next)
-        open_dirs[n++] = s->dir;
-    open_dirs[n] = NULL;
     struct np_retention r;
     int err = np_outset_retain(d->cfg.output_dir, d->cfg.max_output_bytes,
-                               ms_to_ns(d->cfg.max_output_age_ms), open_dirs, &r);
+                               ms_to_ns(d->cfg.max_output_age_ms), d->sets, &r);
     if (err) {
         np_warn("retention of %s: %s", d->cfg.output_dir, strerror(-err));
         return;
@@ -871,6 +981,8 @@ static void reload(struct daemon *d, bool verbose) {
             untrace(d, p, "not selected by the reloaded filters");
         }
     }
+    np_map_free(&d->rejected, NULL); /* the filters changed: every process anew */
+    np_map_init(&d->rejected);
     np_proc_each(consider_existing, d);
     np_info("configuration reloaded from %s", d->config_path);
 }
@@ -983,10 +1095,12 @@ static int setup(struct daemon *d) {
         .find_target = np_session_find_target,
         .on_new_mapping = np_session_on_new_mapping,
         .output_for = output_for,
+        .on_held = on_held,
         .ctx = &d->s,
         .fp_fallback = d->s.opt.unwind == UNWIND_AUTO,
         .python_mode = d->s.opt.python,
     };
+    d->s.on_gpu_retired = on_gpu_retired;
     err = np_session_setup_gpu(&d->s);
     if (err)
         return err;
@@ -1038,7 +1152,7 @@ static void tick(struct daemon *d, bool verbose) {
     uint64_t now = np_monotonic_ns();
     char msg[256];
     check_flag_file(d);
-    if (d->window_open && d->window_end_mono && now >= d->window_end_mono)
+    if (d->window_open && now >= d->window_end_mono)
         close_window(d, "duration", msg, sizeof(msg));
     if (!d->window_open && d->cfg.aggregate &&
         now - d->period_start_mono >= ms_to_ns(d->cfg.aggregate_interval_ms)) {
@@ -1048,7 +1162,9 @@ static void tick(struct daemon *d, bool verbose) {
     np_session_gpu_tick(&d->s, !d->s.backlog);
     reap_exited(d, !d->s.backlog);
     finish_closing_sets(d, false);
+    reap_converters(d, false);
     np_ctl_server_tick(d->ctl, now);
+    rescan_after_losses(d);
     if (d->reload) {
         d->reload = false;
         reload(d, verbose);
@@ -1107,6 +1223,7 @@ static void shut_down(struct daemon *d) {
     np_session_finish_gpu(&d->s);
     each_proc(d, close_set);
     finish_closing_sets(d, true);
+    reap_converters(d, true);
 }
 
 int np_cmd_daemon(int argc, char **argv) {
@@ -1117,6 +1234,7 @@ int np_cmd_daemon(int argc, char **argv) {
     d->s.child.release_fd = -1;
     np_map_init(&d->procs);
     np_map_init(&d->exe_checked);
+    np_map_init(&d->rejected);
     bool verbose = false;
     int err = parse_args(argc, argv, d, &verbose);
     if (!err)
@@ -1140,6 +1258,8 @@ int np_cmd_daemon(int argc, char **argv) {
     np_session_free(&d->s);
     np_map_free(&d->procs, free_proc);
     np_map_free(&d->exe_checked, NULL);
+    np_map_free(&d->rejected, NULL);
+    free(d->to_convert);
     np_config_free(&d->cfg);
     free(d);
     return err ? 1 : 0;

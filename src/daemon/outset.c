@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "lib/util.h"
-#include "writers/formats.h"
 #include "writers/json.h"
 #include "writers/output.h"
 
@@ -70,7 +69,6 @@ int np_outset_open(const char *root, const char *host, enum np_outset_kind kind,
     s->window_id = window_id;
     snprintf(s->reason, sizeof(s->reason), "%s", reason);
     s->start_realtime_ns = start_realtime_ns;
-    s->start_mono_ns = np_monotonic_ns();
     int err = s->dir ? np_output_open_flags(
                            dir, kind == NP_OUTSET_AGGREGATE ? NP_OUTPUT_AGGREGATE : 0, &s->out)
                      : -ENOMEM;
@@ -118,14 +116,12 @@ static int write_window_json(const struct np_outset *s, const struct np_output_t
     return np_json_write_file(path, root);
 }
 
-int np_outset_finish(struct np_outset *s, unsigned formats, uint64_t *launches) {
+int np_outset_finish(struct np_outset *s, uint64_t *launches) {
     if (!s->end_realtime_ns)
         s->end_realtime_ns = np_realtime_ns();
     struct np_output_totals totals = *np_output_totals(s->out);
     int err = np_output_close(s->out);
-    if (!err) /* the pictures and profiles, made from the files just closed */
-        np_formats_write(s->dir, formats);
-    int jerr = write_window_json(s, &totals); /* last: the set is complete */
+    int jerr = write_window_json(s, &totals);
     if (launches)
         *launches = totals.launches;
     free(s->dir);
@@ -195,16 +191,17 @@ static void delete_set(int rootfd, const char *name) {
         np_warn("retention: cannot remove %s: %s", name, strerror(errno));
 }
 
-static bool is_open(const char *root, const char *name, const char *const *open_dirs) {
+static bool is_open(const char *root, const char *name, const struct np_outset *open) {
     size_t rlen = strlen(root);
-    for (const char *const *d = open_dirs; d && *d; d++)
-        if (strncmp(*d, root, rlen) == 0 && (*d)[rlen] == '/' && strcmp(*d + rlen + 1, name) == 0)
+    for (const struct np_outset *s = open; s; s = s->next)
+        if (strncmp(s->dir, root, rlen) == 0 && s->dir[rlen] == '/' &&
+            strcmp(s->dir + rlen + 1, name) == 0)
             return true;
     return false;
 }
 
 int np_outset_retain(const char *root, uint64_t max_bytes, uint64_t max_age_ns,
-                     const char *const *open_dirs, struct np_retention *out) {
+                     const struct np_outset *open, struct np_retention *out) {
     memset(out, 0, sizeof(*out));
     DIR *d = opendir(root);
     if (!d)
@@ -221,7 +218,7 @@ int np_outset_retain(const char *root, uint64_t max_bytes, uint64_t max_age_ns,
             continue;
         out->bytes += s.bytes;
         out->sets++;
-        if (is_open(root, e->d_name, open_dirs))
+        if (is_open(root, e->d_name, open))
             continue; /* counted, never deleted */
         if (n == cap) {
             size_t ncap = cap ? cap * 2 : 64;

@@ -25,12 +25,11 @@ struct np_outset {
     uint64_t window_id;           /* 0: the always-on aggregation */
     char reason[32];              /* what opened the window: ctl, flag_file, ... */
     uint64_t start_realtime_ns, end_realtime_ns;
-    uint64_t start_mono_ns;
+    uint64_t held; /* its launches waiting in the GPU join for their records */
     uint64_t drops_at_open, limited_at_open; /* the process's counters when it opened */
     uint64_t drops, rate_limited;            /* ... their growth while it was open */
-    bool closing;                            /* no new records; waits for held GPU launches */
-    uint64_t closing_since_ns;
-    struct np_outset *next; /* the daemon's list of open and closing sets */
+    bool closing;                            /* no new records; written once `held` is 0 */
+    struct np_outset *next;                  /* the daemon's list of open and closing sets */
 };
 
 /* A safe file-name part: [A-Za-z0-9._-] kept, other bytes '_', no leading
@@ -41,11 +40,11 @@ void np_outset_safe_name(char *out, size_t size, size_t max, const char *in);
 int np_outset_open(const char *root, const char *host, enum np_outset_kind kind,
                    const struct np_proc_labels *labels, uint64_t window_id, const char *reason,
                    uint64_t start_realtime_ns, struct np_outset **out);
-/* Closes the writers (aggregated files), writes the derived outputs of
- * `formats` (writers/formats.h), then window.json - last, so a set with a
- * window.json is complete - and frees the set. Returns the first write
- * error; *launches gets what the set holds. */
-int np_outset_finish(struct np_outset *s, unsigned formats, uint64_t *launches);
+/* Closes the writers (aggregated files), writes window.json and frees the
+ * set. Returns the first write error; *launches gets what the set holds.
+ * The derived outputs (writers/formats.h) are the caller's: they read
+ * window.json for the process's labels. */
+int np_outset_finish(struct np_outset *s, uint64_t *launches);
 
 /* The marker every set directory holds from its creation: retention only
  * ever deletes directories that have it. */
@@ -56,10 +55,10 @@ struct np_retention {
     uint64_t deleted_sets; /* by this call */
 };
 
-/* Deletes the oldest finished sets of root (never one in `open_dirs`,
- * NULL-terminated) until the rest fit max_bytes, and every set older than
+/* Deletes the oldest finished sets of root (never one of the list `open`,
+ * linked by next) until the rest fit max_bytes, and every set older than
  * max_age_ns (0: no age cap). */
 int np_outset_retain(const char *root, uint64_t max_bytes, uint64_t max_age_ns,
-                     const char *const *open_dirs, struct np_retention *out);
+                     const struct np_outset *open, struct np_retention *out);
 
 #endif

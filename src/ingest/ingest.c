@@ -164,6 +164,8 @@ static void write_launch(struct np_ingest *in, struct np_target *t, struct np_ou
     uint64_t tag = l->nccl_plan ? l->nccl_plan->comm : 0;
     int err = np_gpu_join_launch(in->gpu, e->hdr.pid, e->hdr.tid, sid, np_str_cstr(&in->held_json),
                                  kernel, runtime_api, tag, out, e->hdr.ts_ns);
+    if (!err && in->on_held)
+        in->on_held(in->ctx, out);
     if (err) { /* cannot wait: written now, as never matched */
         struct np_gpu_launch now = {.stack_id = sid,
                                     .json = (char *)np_str_cstr(&in->held_json),
@@ -282,7 +284,7 @@ static void add_nccl_launch(struct np_ingest *in, const struct np_probe_site *si
         snprintf(frame, sizeof(frame), "[NCCL]%s", types);
         append_frame(&in->stack.folded, frame);
         append_frame(&in->stack.detailed, frame);
-        np_str_append(&in->stack.locations, in->stack.locations.len ? ",{}" : "{}");
+        np_ingest_append_location(&in->stack.locations);
     }
     struct np_nccl_comm_stats *c =
         np_nccl_comms_get(&in->nccl_comms, l->ev->hdr.pid, plan->comm, &plan->id);

@@ -76,6 +76,9 @@ struct np_ingest {
      * NULL: nowhere, the record is counted in not_recorded). Without this
      * callback every record goes to `out`. */
     struct np_output *(*output_for)(void *ctx, struct np_target *t);
+    /* A launch written to `out` waits in the GPU join for its records (the
+     * join hands it back to the session's retire, with out as its owner). */
+    void (*on_held)(void *ctx, struct np_output *out);
     void *ctx;
     long budget;        /* records left before yielding; <= 0: no limit */
     bool fp_fallback;   /* --unwind auto: follow frame pointers where CFI is missing */
@@ -101,6 +104,10 @@ void np_ingest_settle(struct np_ingest *in);
 /* Builds the stack texts of a launch: frame pointers, or DWARF unwinding
  * of the copied stack. entry_name replaces the probed function's own name
  * (a launch entered through a thunk). */
+/* An empty location (a synthetic frame: a marker, [NCCL]Op) in a
+ * np_stack_texts.locations list. */
+void np_ingest_append_location(struct np_str *locations);
+
 struct np_launch_event;
 void np_ingest_build_stack(struct np_ingest *in, struct np_target *t,
                            const struct np_launch_event *e, const char *entry_name,

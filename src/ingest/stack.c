@@ -126,30 +126,36 @@ static void append_frame(struct np_str *out, const char *name) {
     np_str_append(out, name);
 }
 
-/* One more entry of the locations list; json is an object's members, or "". */
-static void append_location(struct np_str *out, const char *json) {
-    np_str_append(out, out->len ? ",{" : "{");
-    np_str_append(out, json);
-    np_str_append(out, "}");
+/* The locations list: one JSON object per detailed frame. */
+void np_ingest_append_location(struct np_str *locations) {
+    np_str_append(locations, locations->len ? ",{}" : "{}");
 }
 
-/* A native frame's location: its module and where in it. */
-static void native_location(struct np_str *out, const struct np_frame *f) {
-    struct np_str s;
-    np_str_init(&s);
+static void open_location(struct np_str *out) {
+    np_str_append(out, out->len ? ",{" : "{");
+}
+
+static void add_location_file(struct np_str *out, const char *file, int line, bool first) {
+    np_str_append(out, first ? "\"file\":" : ",\"file\":");
+    np_json_string(out, file);
+    if (line > 0)
+        np_str_appendf(out, ",\"line\":%d", line);
+}
+
+/* A native frame's (or one inlined at it) location: its module, where in
+ * it, and its source position. */
+static void native_location(struct np_str *out, const struct np_frame *f,
+                            const struct np_src_pos *src) {
+    open_location(out);
     if (f && f->module_path[0]) {
-        np_str_append(&s, "\"module\":");
-        np_json_string(&s, f->module_path);
-        np_str_appendf(&s, ",\"build_id\":\"%s\",\"offset\":\"0x%" PRIx64 "\"", f->build_id,
+        np_str_append(out, "\"module\":");
+        np_json_string(out, f->module_path);
+        np_str_appendf(out, ",\"build_id\":\"%s\",\"offset\":\"0x%" PRIx64 "\"", f->build_id,
                        f->module_offset);
-        if (f->src_file) {
-            np_str_append(&s, ",\"file\":");
-            np_json_string(&s, f->src_file);
-            np_str_appendf(&s, ",\"line\":%d", f->src_line);
-        }
+        if (src && src->file)
+            add_location_file(out, src->file, src->line, false);
     }
-    append_location(out, np_str_cstr(&s));
-    np_str_free(&s);
+    np_str_append(out, "}");
 }
 
 /* "qualname (file.py:LINE)": the short file name in the folded text, the
@@ -165,17 +171,12 @@ static void append_python(struct np_target *t, const struct np_py_frame *f,
         snprintf(text, sizeof(text), "[python code 0x%" PRIx64 "]", (uint64_t)f->code);
         append_frame(&out->folded, text);
         append_frame(&out->detailed, text);
-        append_location(&out->locations, "");
+        np_ingest_append_location(&out->locations);
         return;
     }
-    struct np_str where;
-    np_str_init(&where);
-    np_str_append(&where, "\"file\":");
-    np_json_string(&where, loc.filename ? loc.filename : "?");
-    if (loc.line >= 0)
-        np_str_appendf(&where, ",\"line\":%d", loc.line);
-    append_location(&out->locations, np_str_cstr(&where));
-    np_str_free(&where);
+    open_location(&out->locations);
+    add_location_file(&out->locations, loc.filename ? loc.filename : "?", loc.line, true);
+    np_str_append(&out->locations, "}");
     np_sanitize_frame(name, sizeof(name), loc.name, false);
     for (int detailed = 0; detailed < 2; detailed++) {
         const char *path = loc.filename ? loc.filename : "?";
@@ -206,13 +207,14 @@ static void append_native(struct np_target *t, const struct stack_input *in, uin
     }
     append_frame(&out->folded, name);
     append_frame(&out->detailed, name);
-    native_location(&out->locations, f);
+    native_location(&out->locations, f, f ? &f->src : NULL);
     if (f && f->inlined && i > 0) {
         append_frame(&out->detailed, f->inlined);
         if (inline_folded)
             append_frame(&out->folded, f->inlined);
-        for (const char *p = f->inlined; p; p = strchr(p + 1, ';')) /* one per inlined frame */
-            native_location(&out->locations, f);
+        int k = 0; /* one location per inlined frame */
+        for (const char *p = f->inlined; p; p = strchr(p + 1, ';'), k++)
+            native_location(&out->locations, f, k < f->n_inlined ? &f->inlined_src[k] : NULL);
     }
 }
 
@@ -232,7 +234,7 @@ static void write_stack(struct np_ingest *ing, struct np_target *t, const struct
         if (it->kind == ITEM_MARKER) {
             append_frame(&out->folded, it->marker);
             append_frame(&out->detailed, it->marker);
-            append_location(&out->locations, "");
+            np_ingest_append_location(&out->locations);
         } else if (it->kind == ITEM_PYTHON) {
             append_python(t, &in->py[it->index], out);
         } else {

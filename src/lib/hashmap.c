@@ -75,16 +75,19 @@ static int grow(struct np_map *m) {
     return 0;
 }
 
+/* Replacing the value of a key already there never allocates, so it
+ * cannot fail: callers may free the old value before replacing it. */
 static int put(struct np_map *m, uint64_t hash, uint64_t ikey, const char *skey, void *value) {
+    struct np_map_entry *e = m->cap ? find_slot(m, hash, ikey, skey) : NULL;
+    if (e && e->used) {
+        e->value = value;
+        return 0;
+    }
     if ((m->count + 1) * 10 > m->cap * 7) {
         int err = grow(m);
         if (err)
             return err;
-    }
-    struct np_map_entry *e = find_slot(m, hash, ikey, skey);
-    if (e->used) {
-        e->value = value;
-        return 0;
+        e = find_slot(m, hash, ikey, skey);
     }
     char *copy = NULL;
     if (skey) {

@@ -27,7 +27,8 @@ void np_map_init(struct np_map *m);
 void np_map_free(struct np_map *m, void (*free_value)(void *));
 
 void *np_map_get_u64(const struct np_map *m, uint64_t key);
-int np_map_put_u64(struct np_map *m, uint64_t key, void *value); /* replaces; -ENOMEM */
+int np_map_put_u64(struct np_map *m, uint64_t key,
+                   void *value); /* replaces (never fails); a new key: -ENOMEM */
 /* Removes an integer key; returns its value (NULL if absent). */
 void *np_map_del_u64(struct np_map *m, uint64_t key);
 

@@ -22,7 +22,9 @@
 struct np_symbolizer {
     pid_t pid;
     Dwfl *dwfl;
-    struct np_map cache; /* pc (with return-address bit) -> struct np_frame * */
+    struct np_map cache;     /* pc (with return-address bit) -> struct np_frame * */
+    struct np_map build_ids; /* Dwfl_Module * -> its build id in hex (modules are only
+                                added, never freed, while the Dwfl lives) */
     uint64_t last_refresh_ns;
 };
 
@@ -69,8 +71,10 @@ static void free_frame(void *p) {
     free((char *)f->name);
     free((char *)f->module);
     free((char *)f->module_path);
-    free((char *)f->build_id);
-    free((char *)f->src_file);
+    free((char *)f->src.file);
+    for (int i = 0; i < f->n_inlined; i++)
+        free((char *)f->inlined_src[i].file);
+    free(f->inlined_src);
     free((char *)f->inlined);
     free(f);
 }
@@ -103,6 +107,7 @@ int np_symbolizer_new(pid_t pid, struct np_symbolizer **out) {
         return -ENOMEM;
     s->pid = pid;
     np_map_init(&s->cache);
+    np_map_init(&s->build_ids);
     s->dwfl = dwfl_begin(&callbacks);
     if (!s->dwfl) {
         free(s);
@@ -121,6 +126,7 @@ void np_symbolizer_free(struct np_symbolizer *s) {
     if (!s)
         return;
     np_map_free(&s->cache, free_frame);
+    np_map_free(&s->build_ids, free);
     dwfl_end(s->dwfl);
     free(s);
 }
@@ -153,9 +159,28 @@ static char *inlined_name(Dwarf_Die *die) {
     return np_demangle_short(name ? name : "[inlined]");
 }
 
-/* "f [inlined];g [inlined]" for the inlined subroutines covering pc,
- * outermost first; NULL when there are none or no debug info. */
-static char *inlined_frames(Dwfl_Module *mod, uint64_t pc) {
+/* A scope's call site (DW_AT_call_file/line) in its compile unit; file copied. */
+static struct np_src_pos call_site(Dwarf_Die *scope, Dwarf_Die *cudie) {
+    struct np_src_pos pos = {0};
+    Dwarf_Attribute attr;
+    Dwarf_Word file = 0, line = 0;
+    Dwarf_Files *files = NULL;
+    size_t nfiles = 0;
+    if (dwarf_formudata(dwarf_attr(scope, DW_AT_call_line, &attr), &line) == 0)
+        pos.line = (int)line;
+    if (dwarf_formudata(dwarf_attr(scope, DW_AT_call_file, &attr), &file) == 0 &&
+        dwarf_getsrcfiles(cudie, &files, &nfiles) == 0 && file < nfiles) {
+        const char *name = dwarf_filesrc(files, file, NULL, NULL);
+        pos.file = name ? strdup(name) : NULL;
+    }
+    return pos;
+}
+
+/* The inlined subroutines covering pc, outermost first: f->inlined as
+ * "f [inlined];g [inlined]", and each one's call site - the position in
+ * the frame it was inlined into - in calls[] (n of them, max of them). */
+static void inlined_frames(Dwfl_Module *mod, uint64_t pc, struct np_frame *f,
+                           struct np_src_pos **calls, int *n_calls) {
     Dwarf_Addr bias = 0;
     Dwarf_Die *cudie = dwfl_module_addrdie(mod, pc, &bias);
     Dwarf_Die *scopes = NULL;
@@ -172,8 +197,10 @@ static char *inlined_frames(Dwfl_Module *mod, uint64_t pc) {
         scopes = NULL;
         n = dwarf_getscopes_die(&innermost, &scopes);
     }
+    *calls = n > 0 ? calloc((size_t)n, sizeof(**calls)) : NULL;
+    *n_calls = 0;
     np_str_init(&out);
-    for (int i = n - 1; i >= 0; i--) {
+    for (int i = n - 1; i >= 0 && *calls; i--) {
         if (dwarf_tag(&scopes[i]) != DW_TAG_inlined_subroutine)
             continue;
         char *name = inlined_name(&scopes[i]);
@@ -181,38 +208,65 @@ static char *inlined_frames(Dwfl_Module *mod, uint64_t pc) {
         np_sanitize_frame(clean, sizeof(clean), name ? name : "[inlined]", false);
         free(name);
         np_str_appendf(&out, "%s%s [inlined]", out.len ? ";" : "", clean);
+        (*calls)[(*n_calls)++] = call_site(&scopes[i], cudie);
     }
     free(scopes);
-    if (out.failed || !out.len) {
+    if (out.failed || !out.len)
         np_str_free(&out);
-        return NULL;
-    }
-    return out.buf;
+    else
+        f->inlined = out.buf;
 }
 
-/* The module's GNU build id in hex ("" without one). */
-static char *build_id_of(Dwfl_Module *mod) {
+/* The module's GNU build id in hex ("" without one), once per module. */
+static const char *build_id_of(struct np_symbolizer *s, Dwfl_Module *mod) {
+    char *hex = np_map_get_u64(&s->build_ids, (uint64_t)(uintptr_t)mod);
+    if (hex)
+        return hex;
     const unsigned char *bits = NULL;
     GElf_Addr vaddr;
     int n = dwfl_module_build_id(mod, &bits, &vaddr);
-    char *hex = malloc(n > 0 ? (size_t)n * 2 + 1 : 1);
+    hex = malloc(n > 0 ? (size_t)n * 2 + 1 : 1);
     if (!hex)
         return NULL;
     hex[0] = '\0';
     for (int i = 0; i < n; i++)
         sprintf(hex + 2 * i, "%02x", bits[i]);
+    if (np_map_put_u64(&s->build_ids, (uint64_t)(uintptr_t)mod, hex) < 0) {
+        free(hex);
+        return NULL;
+    }
     return hex;
 }
 
-/* pc's source file and line, where the module has a DWARF line table. */
-static void source_line(Dwfl_Module *mod, uint64_t pc, struct np_frame *f) {
+/* pc's source position in the module's DWARF line table; file copied. */
+static struct np_src_pos line_table_pos(Dwfl_Module *mod, uint64_t pc) {
+    struct np_src_pos pos = {0};
     Dwfl_Line *line = dwfl_module_getsrc(mod, pc);
     int lineno = 0;
     const char *file = line ? dwfl_lineinfo(line, NULL, &lineno, NULL, NULL, NULL) : NULL;
-    if (file && lineno > 0) {
-        f->src_file = strdup(file);
-        f->src_line = lineno;
+    if (file && lineno > 0 && (pos.file = strdup(file)))
+        pos.line = lineno;
+    return pos;
+}
+
+/* Source positions of a frame and of the functions inlined at it: the
+ * frame is where the outermost inlined function was called, each inlined
+ * function where the next one was, and the innermost at the line table's
+ * position of pc. */
+static void source_positions(Dwfl_Module *mod, uint64_t pc, struct np_frame *f,
+                             struct np_src_pos *calls, int n_calls) {
+    struct np_src_pos here = line_table_pos(mod, pc);
+    if (n_calls == 0) {
+        free(calls);
+        f->src = here;
+        return;
     }
+    f->src = calls[0];
+    for (int i = 0; i + 1 < n_calls; i++)
+        calls[i] = calls[i + 1];
+    calls[n_calls - 1] = here;
+    f->inlined_src = calls;
+    f->n_inlined = n_calls;
 }
 
 static struct np_frame *resolve(struct np_symbolizer *s, uint64_t pc) {
@@ -232,8 +286,7 @@ static struct np_frame *resolve(struct np_symbolizer *s, uint64_t pc) {
     f->module = strdup(basename_of(mod_name ? mod_name : ""));
     f->module_path = strdup(mod_name ? mod_name : "");
     f->module_offset = pc - start;
-    f->build_id = build_id_of(mod);
-    source_line(mod, pc, f);
+    f->build_id = build_id_of(s, mod);
 
     GElf_Off offset = 0;
     GElf_Sym sym;
@@ -249,8 +302,12 @@ static struct np_frame *resolve(struct np_symbolizer *s, uint64_t pc) {
         free(shortname);
         f->name = strdup(buf);
         f->known = true;
-        f->inlined = inlined_frames(mod, pc);
+        struct np_src_pos *calls = NULL;
+        int n_calls = 0;
+        inlined_frames(mod, pc, f, &calls, &n_calls);
+        source_positions(mod, pc, f, calls, n_calls);
     } else {
+        f->src = line_table_pos(mod, pc);
         char buf[512];
         char mod_clean[256];
         np_sanitize_frame(mod_clean, sizeof(mod_clean), f->module ? f->module : "", true);

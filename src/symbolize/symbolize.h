@@ -12,17 +12,26 @@
 
 struct np_symbolizer;
 
+/* A source position: file NULL and line 0 when unknown. With inlined
+ * functions, a frame's position is the call site of the function inlined
+ * into it (DW_AT_call_file/line); the innermost one's is the line table's. */
+struct np_src_pos {
+    const char *file;
+    int line;
+};
+
 struct np_frame {
     const char *name;        /* short demangled name, or "[module+0xoff]", or "[unknown]" */
     const char *module;      /* basename of the module, "" when unknown */
     const char *module_path; /* the module's path as the target maps it */
     uint64_t module_offset;  /* pc - the module's load address */
     const char *build_id;    /* hex GNU build id of the module, "" when it has none */
-    const char *src_file;    /* source file of pc (DWARF line table), NULL when unknown */
-    int src_line;            /* ... and its line, 0 when unknown */
+    struct np_src_pos src;   /* where in the source this frame is (DWARF), or unknown */
     bool known;              /* a symbol was found */
     const char *inlined; /* the functions inlined at this pc (DWARF scopes, where debug info is),
                             outermost first, as "f [inlined];g [inlined]"; NULL if none */
+    struct np_src_pos *inlined_src; /* one per inlined function, outermost first */
+    int n_inlined;
 };
 
 int np_symbolizer_new(pid_t pid, struct np_symbolizer **out);

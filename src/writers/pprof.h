@@ -16,7 +16,8 @@
  *                  file and line; "f [inlined]" as an inline line of the
  *                  location of the frame it was inlined into), file and line
  *                  from stacks.jsonl's "locations" when there; one mapping per
- *                  module (path, build id), addresses are file offsets.
+ *                  module (path, build id), addresses relative to the module's
+ *                  load address (stacks.jsonl's "offset").
  *                  system_name stays "": the names are demangled already, and
  *                  pprof re-"demangles" a function whose system_name equals its
  *                  name by cutting out every <...>, which would leave "" of
@@ -24,7 +25,9 @@
  *
  * From launches.jsonl + stacks.jsonl (+ gpu_unmatched.jsonl) when the
  * directory has them; otherwise (a daemon aggregate set) from merged.folded
- * and merged.gpu_ns.folded, labelled with window.json's pid and comm. */
+ * and merged.gpu_ns.folded, labelled with window.json's pid and comm; there
+ * `launches` counts what merged.folded counts (a graph launch once per GPU
+ * record). */
 #ifndef NP_WRITERS_PPROF_H
 #define NP_WRITERS_PPROF_H
 
