@@ -486,3 +486,4 @@ def test_a_directory_without_launches_is_refused(tmp_path):
     assert "neither launches.jsonl nor merged.folded" in proc.stderr
     assert not (tmp_path / "profile.pb.gz").exists()
     assert not list(tmp_path.glob(".profile*"))
+    assert not list(tmp_path.glob("*.tmp"))

@@ -49,7 +49,7 @@ static const struct field_def fields[NPF_COUNT] = {
     [NPF_CE_ELTSIZE] = {{"ncclCeCollArgs", "eltSize"}, false},
 };
 
-const char *np_nccl_field_name(enum np_nccl_field f) {
+static const char *np_nccl_field_name(enum np_nccl_field f) {
     static char names[NPF_COUNT][64];
     if ((unsigned)f >= NPF_COUNT)
         return "?";

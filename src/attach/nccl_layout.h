@@ -67,9 +67,6 @@ struct np_nccl_layout {
  * tells what the recording will lack. */
 void np_nccl_layout_load(const char *path, struct np_nccl_layout *out);
 
-/* Name of a field, as "struct.member", for messages. */
-const char *np_nccl_field_name(enum np_nccl_field f);
-
 /* Reads field f from bytes copied from the struct starting at struct
  * offset lo (len bytes); false when the layout has no such field or it was
  * not copied. Bit-fields and signed members are sign-extended. */

@@ -103,21 +103,14 @@ static int parse_options(int argc, char **argv, struct flame_cli *cli) {
     return 0;
 }
 
-/* Writes len bytes of text to path through path.tmp; 0 or -errno. */
-static int write_file(const char *path, const char *text, size_t len) {
-    char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopen(tmp, "we");
-    if (!f)
-        return -errno;
-    int err = fwrite(text, 1, len, f) == len ? 0 : -EIO;
-    if (fclose(f) != 0 && !err)
-        err = -errno;
-    if (!err && rename(tmp, path) != 0)
-        err = -errno;
-    if (err)
-        unlink(tmp);
-    return err;
+struct rendered {
+    const char *text;
+    size_t len;
+};
+
+static int fill_rendered(FILE *f, void *ctx) {
+    const struct rendered *r = ctx;
+    return fwrite(r->text, 1, r->len, f) == r->len ? 0 : -EIO;
 }
 
 static int write_output(const struct flame_cli *cli, const char *text, size_t len) {
@@ -128,7 +121,8 @@ static int write_output(const struct flame_cli *cli, const char *text, size_t le
         }
         return 0;
     }
-    int err = write_file(cli->out_path, text, len);
+    struct rendered r = {text, len};
+    int err = np_write_atomic(cli->out_path, fill_rendered, &r);
     if (err)
         np_err("cannot write %s: %s", cli->out_path, strerror(-err));
     return err;

@@ -25,7 +25,7 @@ static const char *where(const struct np_report_view *v) {
     return v->windowed ? "in the window" : "in the recording";
 }
 
-void np_report_describe(struct np_str *s, const struct np_report_view *v) {
+static void np_report_describe(struct np_str *s, const struct np_report_view *v) {
     const struct np_report_filter *f = v->filter;
     kernels_noun(s, v, 2);
     if (v->opt->op)

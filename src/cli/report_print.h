@@ -52,8 +52,6 @@ const char *np_report_diag_kind(enum np_report_diag d);
 /* The diagnostic's sentence (appended to s). */
 void np_report_diag_message(struct np_str *s, const struct np_report_view *v,
                             enum np_report_diag d);
-/* What was matched: "NCCL kernels, op AllReduce, window [S, E) ns". */
-void np_report_describe(struct np_str *s, const struct np_report_view *v);
 
 /* 0, or -EIO when f could not be written. */
 int np_report_print_text(FILE *f, const struct np_report_view *v);

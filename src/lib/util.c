@@ -256,3 +256,21 @@ void np_continue_stopped(int pid, int timeout_ms) {
     }
     kill(pid, SIGCONT);
 }
+
+int np_write_atomic(const char *path, int (*fill)(FILE *f, void *ctx), void *ctx) {
+    char *tmp = NULL;
+    if (asprintf(&tmp, "%s.tmp", path) < 0)
+        return -ENOMEM;
+    FILE *f = fopen(tmp, "we");
+    int err = f ? fill(f, ctx) : -errno;
+    if (f && !err && ferror(f))
+        err = -EIO;
+    if (f && fclose(f) != 0 && !err)
+        err = -errno;
+    if (!err && rename(tmp, path) != 0)
+        err = -errno;
+    if (err)
+        unlink(tmp);
+    free(tmp);
+    return err;
+}

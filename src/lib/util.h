@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define NP_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -64,6 +65,11 @@ int np_read_process(int pid, uint64_t addr, void *buf, size_t len);
  * wait, at most timeout_ms, for the process to be stopped first, so that
  * the stop does not arrive after the SIGCONT and hold it for good. */
 void np_continue_stopped(int pid, int timeout_ms);
+
+/* Writes path through path.tmp, renamed over path once fill(f, ctx) - which
+ * writes the content - returned 0: readers never see half a file. 0 or
+ * -errno (fill's); the temporary file is removed on failure. */
+int np_write_atomic(const char *path, int (*fill)(FILE *f, void *ctx), void *ctx);
 
 /* Reads a whole small file (e.g. under /proc) into a NUL-terminated buffer. */
 int np_read_file(const char *path, char **out, size_t *out_len);

@@ -1,30 +1,69 @@
-/* frames.c - parses the frame texts of stacks.jsonl for `ncclprobe report`.
+/* frames.c - parses the frame texts of stacks.jsonl and the folded files,
+ * for `ncclprobe report` and the writers (pprof, the flame graph).
  * A Python frame is "qualname (file)" or "qualname (file:LINE)": the text
- * ends in ')' and the part after its last " (" holds no other parenthesis.
- * C++ names with " (" inside template arguments ("f<void (int)>") end in
- * something else, so they stay whole. */
+ * ends in ')', and the qualname and the file have balanced brackets. C++
+ * names with " (" inside template arguments ("f<void (int)>") do not split
+ * that way, so they stay whole. */
+#define _GNU_SOURCE
 #include "report/frames.h"
 
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #define INLINED_SUFFIX " [inlined]"
 
-/* Offset of the " (" opening a Python frame's file, or 0 when not one. */
-static size_t python_paren(const char *frame) {
-    size_t len = strlen(frame);
-    if (len < 4 || frame[len - 1] != ')')
-        return 0;
-    for (size_t i = len - 1; i-- > 1;) {
-        if (frame[i] == ')')
-            return 0;
-        if (frame[i] == '(')
-            return frame[i - 1] == ' ' && i + 1 < len - 1 ? i - 1 : 0;
+/* Whether the brackets (<>, ()) of len bytes at text pair up: a C++ name
+ * whose template arguments hold a function type ("f<void ()>") does, but a
+ * piece of it cut at " (" does not. */
+static bool balanced(const char *text, size_t len) {
+    long angle = 0, paren = 0;
+    for (size_t i = 0; i < len && angle >= 0 && paren >= 0; i++) {
+        angle += (text[i] == '<') - (text[i] == '>');
+        paren += (text[i] == '(') - (text[i] == ')');
     }
-    return 0;
+    return angle == 0 && paren == 0;
 }
 
-size_t np_frame_func_len(const char *frame) {
+bool np_frame_python(const char *text, size_t len, size_t *qual_len, const char **file,
+                     size_t *file_len, int64_t *line) {
+    if (len < 5 || text[0] == '[' || text[len - 1] != ')')
+        return false;
+    size_t open = len - 1;
+    while (open > 0 && !(text[open - 1] == ' ' && text[open] == '('))
+        open--;
+    if (open < 2)
+        return false;
+    const char *name = text + open + 1;
+    size_t name_len = len - open - 2;
+    const char *colon = memrchr(name, ':', name_len);
+    *line = 0;
+    if (colon) {
+        const char *digits = colon + 1, *end = text + len - 1;
+        size_t n = (size_t)(end - digits), sign = n > 0 && *digits == '-';
+        if (n > sign && strspn(digits + sign, "0123456789") == n - sign) {
+            *line = strtoll(digits, NULL, 10);
+            name_len = (size_t)(colon - name);
+        }
+    }
+    if (!name_len || !balanced(text, open - 1) || !balanced(name, name_len))
+        return false;
+    *qual_len = open - 1;
+    *file = name;
+    *file_len = name_len;
+    return true;
+}
+
+/* Offset of the " (" opening a Python frame's file, or 0 when not one. */
+static size_t python_paren(const char *frame) {
+    size_t qual_len, file_len;
+    const char *file;
+    int64_t line;
+    return np_frame_python(frame, strlen(frame), &qual_len, &file, &file_len, &line) ? qual_len : 0;
+}
+
+static size_t np_frame_func_len(const char *frame) {
     size_t paren = python_paren(frame);
     if (paren)
         return paren;
@@ -34,7 +73,7 @@ size_t np_frame_func_len(const char *frame) {
     return len;
 }
 
-size_t np_frame_key_len(const char *frame) {
+static size_t np_frame_key_len(const char *frame) {
     size_t len = strlen(frame);
     if (!python_paren(frame))
         return len;

@@ -1,22 +1,20 @@
-/* frames.h - what `ncclprobe report` reads out of a frame's text
- * (docs/output-formats.md): the function part of native, inlined and Python
- * frames, a frame without its line number, --function names and the op
- * types of an `[NCCL]Send+Recv` frame. */
+/* frames.h - what is read out of a frame's text (docs/output-formats.md),
+ * by `ncclprobe report` and the writers: Python frames' parts, the function
+ * part of native, inlined and Python frames, a frame without its line
+ * number, --function names and the op types of an `[NCCL]Send+Recv` frame. */
 #ifndef NP_REPORT_FRAMES_H
 #define NP_REPORT_FRAMES_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define NP_NCCL_FRAME_PREFIX "[NCCL]"
 
-/* Bytes of the function part: the text before a Python frame's " (file:LINE)"
- * or before " [inlined]"; the whole text for other frames. */
-size_t np_frame_func_len(const char *frame);
-
-/* Bytes of the frame without a Python frame's line: "f (m.py:40)" -> "f (m.py".
- * Two frames of one function call whose line moved have the same key. */
-size_t np_frame_key_len(const char *frame);
+/* "qualname (file:LINE)" or "qualname (file)" (len bytes): the qualname's
+ * length, the file, and the line (0 when none); false for any other frame. */
+bool np_frame_python(const char *text, size_t len, size_t *qual_len, const char **file,
+                     size_t *file_len, int64_t *line);
 
 /* Whether the frames name the same call (same text but for the line). */
 bool np_frame_same_call(const char *a, const char *b);

@@ -37,8 +37,8 @@ static bool in_window(const struct np_report_filter *f, uint64_t ts) {
     return ts >= f->start_ns && ts < f->end_ns;
 }
 
-bool np_report_kernel_matches(const struct np_report_filter *f, const struct np_rep_launch *l,
-                              const char *name) {
+static bool np_report_kernel_matches(const struct np_report_filter *f,
+                                     const struct np_rep_launch *l, const char *name) {
     if (f->kernel)
         return strstr(name, f->kernel) != NULL;
     return (l && l->nccl) || np_contains_nocase(name, NCCL_NAME);

@@ -71,10 +71,6 @@ void np_report_free(struct np_report *rep);
 int np_report_collect(struct np_report *rep, const struct np_recording *rec,
                       const struct np_report_filter *f, enum np_report_source source);
 
-/* Whether a kernel name matches the filter; l: its launch, or NULL. */
-bool np_report_kernel_matches(const struct np_report_filter *f, const struct np_rep_launch *l,
-                              const char *name);
-
 /* Matching kernels of gpu_unmatched.jsonl that started in the window. */
 int np_report_unmatched(const struct np_recording *rec, const struct np_report_filter *f,
                         struct np_counts *out);

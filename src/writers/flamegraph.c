@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "lib/util.h"
+#include "report/frames.h"
 #include "writers/json.h"
 
 #define FRAME_HEIGHT 16
@@ -346,21 +347,11 @@ static bool ends_with(const char *s, size_t len, const char *suffix) {
     return len >= n && memcmp(s + len - n, suffix, n) == 0;
 }
 
-/* "qualname (file.py:LINE)" or "qualname (file.py)". */
 static bool is_python(const char *name, size_t len) {
-    if (ends_with(name, len, ".py)"))
-        return strstr(name, " (") != NULL;
-    size_t i = len;
-    if (i == 0 || name[--i] != ')')
-        return false;
-    size_t digits = i;
-    while (i > 0 && name[i - 1] >= '0' && name[i - 1] <= '9')
-        i--;
-    if (i == digits)
-        return false;
-    if (i > 0 && name[i - 1] == '-')
-        i--;
-    return i >= 4 && memcmp(name + i - 4, ".py:", 4) == 0 && strstr(name, " (") != NULL;
+    size_t qual_len, file_len;
+    const char *file;
+    int64_t line;
+    return np_frame_python(name, len, &qual_len, &file, &file_len, &line);
 }
 
 static enum frame_kind frame_kind(const char *name) {
@@ -864,25 +855,20 @@ int np_flamegraph_render_stats(FILE *in, FILE *out, const struct np_flame_opts *
     return err;
 }
 
-int np_flamegraph_render(FILE *in, FILE *out, const struct np_flame_opts *o) {
-    return np_flamegraph_render_stats(in, out, o, NULL);
+struct svg_job {
+    struct flame_input *input;
+    const struct np_flame_opts *opts;
+};
+
+static int fill_svg(FILE *out, void *ctx) {
+    struct svg_job *job = ctx;
+    return render_input(job->input, out, job->opts);
 }
 
-/* Writes the SVG of input to path through path.tmp; 0 or -errno. */
+/* Writes the SVG of input to path, atomically; 0 or -errno. */
 static int write_svg(struct flame_input *input, const char *path, const struct np_flame_opts *o) {
-    char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *out = fopen(tmp, "we");
-    if (!out)
-        return -errno;
-    int err = render_input(input, out, o);
-    if (fclose(out) != 0 && !err)
-        err = -errno;
-    if (!err && rename(tmp, path) != 0)
-        err = -errno;
-    if (err)
-        unlink(tmp);
-    return err;
+    struct svg_job job = {input, o};
+    return np_write_atomic(path, fill_svg, &job);
 }
 
 static int render_file(const char *in_path, const char *out_path, const struct np_flame_opts *o,
@@ -905,8 +891,12 @@ int np_flamegraph_file(const char *in_path, const char *out_path, const struct n
 static int render_file(const char *in_path, const char *out_path, const struct np_flame_opts *o,
                        bool skip_empty) {
     FILE *in = fopen(in_path, "re");
-    if (!in)
-        return -errno;
+    if (!in) {
+        int err = -errno;
+        if (err != -ENOENT) /* a missing input is the caller's to say */
+            np_err("cannot read %s: %s", in_path, strerror(-err));
+        return err;
+    }
     struct flame_input input = {0};
     struct np_flame_opts opts = *o;
     opts.source = in_path;

@@ -32,11 +32,8 @@ struct np_flame_stats {
     uint64_t total;   /* the sum of the weights (saturated at UINT64_MAX) */
 };
 
-/* Reads every folded line of in and writes the SVG to out. Malformed lines
- * are skipped (counted, one warning); no sample at all gives a valid SVG
- * saying so. 0, or -errno (-EIO when out could not be written). */
-int np_flamegraph_render(FILE *in, FILE *out, const struct np_flame_opts *o);
-/* The same, also saying what was read (stats may be NULL). */
+/* Reads folded lines from in and writes the SVG to out; says what was read
+ * (stats may be NULL). 0 or -errno (-EIO, -ENOMEM). */
 int np_flamegraph_render_stats(FILE *in, FILE *out, const struct np_flame_opts *o,
                                struct np_flame_stats *stats);
 

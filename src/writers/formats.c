@@ -47,19 +47,19 @@ int np_formats_parse(const char *list, unsigned *out, char *err, size_t errlen) 
     return 0;
 }
 
-static int note(const char *dir, const char *what, int err, int first) {
-    if (err && err != -ENOENT)
-        np_warn("%s: cannot write %s: %s", dir, what, strerror(-err));
+/* The first error that matters (each writer says its own; a missing input,
+ * -ENOENT, is what an aggregate set or a partial recording has). */
+static int first_error(int first, int err) {
     return first ? first : (err == -ENOENT ? 0 : err);
 }
 
 int np_formats_write(const char *dir, unsigned formats) {
     int first = 0;
     if (formats & NP_FORMAT_SVG)
-        first = note(dir, "the flame graphs", np_write_flamegraphs(dir), first);
+        first = first_error(first, np_write_flamegraphs(dir));
     if (formats & NP_FORMAT_PPROF)
-        first = note(dir, "profile.pb.gz", np_write_pprof(dir), first);
+        first = first_error(first, np_write_pprof(dir));
     if (formats & NP_FORMAT_PERFETTO)
-        first = note(dir, "trace.json", np_write_trace_json(dir), first);
+        first = first_error(first, np_write_trace_json(dir));
     return first;
 }

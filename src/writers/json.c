@@ -92,21 +92,16 @@ char *np_utf8_clean(const char *s) {
     return out.buf;
 }
 
+static int fill_text_line(FILE *f, void *ctx) {
+    return fputs(ctx, f) < 0 || fputc('\n', f) < 0 ? -EIO : 0;
+}
+
 int np_json_write_file(const char *path, struct cJSON *root) {
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     if (!text)
         return -ENOMEM;
-    int err = 0;
-    FILE *f = fopen(path, "we");
-    if (!f) {
-        err = -errno;
-    } else {
-        if (fputs(text, f) < 0 || fputc('\n', f) < 0)
-            err = -errno;
-        if (fclose(f) != 0 && !err)
-            err = -errno;
-    }
+    int err = np_write_atomic(path, fill_text_line, text);
     free(text);
     return err;
 }

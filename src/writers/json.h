@@ -14,7 +14,7 @@ void np_json_string(struct np_str *out, const char *s);
  * cJSON, which copies bytes as they are). */
 char *np_utf8_clean(const char *s);
 
-/* Prints root (indented) to path and deletes root; 0 or -errno. */
+/* Prints root (indented) to path, atomically, and deletes root; 0 or -errno. */
 struct cJSON;
 int np_json_write_file(const char *path, struct cJSON *root);
 /* Adds key: text, any bytes of text made valid UTF-8 (a target's names). */

@@ -715,26 +715,19 @@ static int write_events(struct trace *t) {
     return err;
 }
 
-static int write_file(struct trace *t, const char *path, const char *tmp) {
-    t->f = fopen(tmp, "we");
-    if (!t->f) {
-        int err = -errno;
-        np_err("cannot create %s: %s", tmp, strerror(errno));
-        return err;
-    }
-    setvbuf(t->f, NULL, _IOFBF, 1 << 20);
+static int fill_trace(FILE *f, void *ctx) {
+    struct trace *t = ctx;
+    t->f = f;
+    setvbuf(f, NULL, _IOFBF, 1 << 20);
     int err = write_events(t);
-    if (!err && ferror(t->f))
-        err = -EIO;
-    if (fclose(t->f) != 0 && !err)
-        err = -errno;
     t->f = NULL;
-    if (!err && rename(tmp, path) != 0)
-        err = -errno;
-    if (err) {
+    return err;
+}
+
+static int write_file(struct trace *t, const char *path) {
+    int err = np_write_atomic(path, fill_trace, t);
+    if (err)
         np_err("cannot write %s: %s", path, strerror(-err));
-        unlink(tmp);
-    }
     return err;
 }
 
@@ -789,24 +782,21 @@ int np_write_trace_json(const char *dir) {
     np_map_init(&t.threads);
     np_map_init(&t.devices);
     np_map_init(&t.streams);
-    char *path = NULL, *tmp = NULL;
+    char *path = NULL;
     if (asprintf(&path, "%s/trace.json", dir) < 0)
         path = NULL;
-    if (!path || asprintf(&tmp, "%s.tmp", path) < 0)
-        tmp = NULL;
-    err = path && tmp ? 0 : -ENOMEM;
+    err = path ? 0 : -ENOMEM;
     if (!err)
         err = load_proc_names(&t);
     if (!err)
         err = each_line(&t, "stacks.jsonl", stack_line);
     if (!err)
-        err = write_file(&t, path, tmp);
+        err = write_file(&t, path);
     if (!err)
         warn_counts(&t);
     else if (err == -ENOMEM)
         np_err("%s: out of memory", path ? path : dir);
     free(path);
-    free(tmp);
     trace_free(&t);
     return err;
 }

@@ -23,6 +23,7 @@
 #include "lib/strtab.h"
 #include "lib/util.h"
 #include "profile.pb-c.h"
+#include "report/frames.h"
 #include "report/jsonl.h"
 #include "writers/json.h"
 
@@ -236,49 +237,6 @@ static int64_t location_id(struct builder *b, const struct frame *group, size_t 
 
 /* ---- frames --------------------------------------------------------------- */
 
-/* Whether the brackets (<>, ()) of len bytes at text pair up: a C++ name
- * whose template arguments hold a function type ("f<void ()>") does, but a
- * piece of it cut at " (" does not. */
-static bool balanced(const char *text, size_t len) {
-    long angle = 0, paren = 0;
-    for (size_t i = 0; i < len && angle >= 0 && paren >= 0; i++) {
-        angle += (text[i] == '<') - (text[i] == '>');
-        paren += (text[i] == '(') - (text[i] == ')');
-    }
-    return angle == 0 && paren == 0;
-}
-
-/* "qualname (file.py:LINE)" or "qualname (file.py)": its parts; false for
- * any other frame. */
-static bool python_frame(const char *text, size_t len, size_t *qual_len, const char **file,
-                         size_t *file_len, int64_t *line) {
-    if (len < 5 || text[0] == '[' || text[len - 1] != ')')
-        return false;
-    size_t open = len - 1;
-    while (open > 0 && !(text[open - 1] == ' ' && text[open] == '('))
-        open--;
-    if (open < 2)
-        return false;
-    const char *name = text + open + 1;
-    size_t name_len = len - open - 2;
-    const char *colon = memrchr(name, ':', name_len);
-    *line = 0;
-    if (colon) {
-        const char *digits = colon + 1, *end = text + len - 1;
-        size_t n = (size_t)(end - digits), sign = n > 0 && *digits == '-';
-        if (n > sign && strspn(digits + sign, "0123456789") == n - sign) {
-            *line = strtoll(digits, NULL, 10);
-            name_len = (size_t)(colon - name);
-        }
-    }
-    if (!name_len || !balanced(text, open - 1) || !balanced(name, name_len))
-        return false;
-    *qual_len = open - 1;
-    *file = name;
-    *file_len = name_len;
-    return true;
-}
-
 /* The frame's function: its name and file, and its line. */
 static int64_t frame_function(struct builder *b, const char *text, const cJSON *loc,
                               struct frame *f) {
@@ -291,7 +249,7 @@ static int64_t frame_function(struct builder *b, const char *text, const cJSON *
     uint64_t loc_line = 0;
     bool native = loc && cJSON_GetObjectItemCaseSensitive(loc, "module");
     if (!f->inlined && !native) /* a Python frame: len becomes its qualname's */
-        python_frame(text, len, &len, &file, &file_len, &f->line);
+        np_frame_python(text, len, &len, &file, &file_len, &f->line);
     if (loc && np_json_str(loc, "file", &loc_file) == 0) {
         file = loc_file;
         file_len = strlen(loc_file);
@@ -927,11 +885,15 @@ static int64_t duration(const struct builder *b) {
     return b->meta_duration_ns;
 }
 
-static int pack(const Perftools__Profiles__Profile *p, const char *path) {
+static int pack(const Perftools__Profiles__Profile *p, FILE *f) {
     struct gz_buffer g = {.base = {.append = gz_append}};
-    g.gz = gzopen(path, "wbe");
-    if (!g.gz)
+    int fd = dup(fileno(f)); /* gzclose closes its own */
+    g.gz = fd >= 0 ? gzdopen(fd, "wb") : NULL;
+    if (!g.gz) {
+        if (fd >= 0)
+            close(fd);
         return errno ? -errno : -ENOMEM;
+    }
     protobuf_c_message_pack_to_buffer(&p->base, &g.base);
     int cerr = gzclose(g.gz);
     return g.err ? g.err : cerr != Z_OK ? -EIO : 0;
@@ -977,7 +939,8 @@ static void fill_profile(const struct builder *b, struct names *k, const struct 
     p->default_sample_type = k->launches;
 }
 
-static int encode(struct builder *b, const char *path) {
+static int encode(FILE *f, void *ctx) {
+    struct builder *b = ctx;
     struct names k;
     int err = intern_names(b, &k); /* before the string table is copied */
     if (err)
@@ -992,7 +955,7 @@ static int encode(struct builder *b, const char *path) {
         fill_value_types(&v, &k);
         Perftools__Profiles__Profile p = PERFTOOLS__PROFILES__PROFILE__INIT;
         fill_profile(b, &k, &e, &v, nvalues, &p);
-        err = pack(&p, path);
+        err = pack(&p, f);
     }
     encoding_free(&e);
     return err;
@@ -1052,25 +1015,10 @@ static void say_skipped(const struct builder *b) {
                 b->unknown_stacks, b->dir);
 }
 
-static int write_file(struct builder *b, const char *dir) {
-    char *path = NULL, *tmp = NULL;
-    int err = 0;
-    if (asprintf(&path, "%s/profile.pb.gz", dir) < 0)
-        path = NULL;
-    if (asprintf(&tmp, "%s/.profile.pb.gz.tmp", dir) < 0)
-        tmp = NULL;
-    if (!path || !tmp)
-        err = -ENOMEM;
-    if (!err)
-        err = encode(b, tmp);
-    if (!err && rename(tmp, path) != 0)
-        err = -errno;
-    if (err && tmp)
-        unlink(tmp);
+static int write_file(struct builder *b, const char *path) {
+    int err = np_write_atomic(path, encode, b);
     if (err)
-        np_err("cannot write %s/profile.pb.gz: %s", dir, strerror(-err));
-    free(path);
-    free(tmp);
+        np_err("cannot write %s: %s", path, strerror(-err));
     return err;
 }
 
@@ -1082,16 +1030,19 @@ int np_write_pprof(const char *dir) {
     if (err && err != -ENOENT)
         np_err("pprof: cannot read %s: %s", dir, strerror(-err));
     say_skipped(&b);
+    char *path = NULL;
+    if (!err && asprintf(&path, "%s/profile.pb.gz", dir) < 0)
+        err = -ENOMEM;
     if (!err)
-        err = write_file(&b, dir);
+        err = write_file(&b, path);
+    free(path);
     builder_free(&b);
     return err;
 }
 
 int np_write_pprof_folded(const char *counts, const char *gpu_ns, const char *out) {
     struct builder b;
-    char *tmp = NULL;
-    int err = builder_init(&b, ".");
+    int err = builder_init(&b, counts);
     if (!err) {
         b.source = counts;
         err = read_folded_file(&b, counts, false);
@@ -1099,17 +1050,8 @@ int np_write_pprof_folded(const char *counts, const char *gpu_ns, const char *ou
     if (!err && gpu_ns)
         err = read_folded_file(&b, gpu_ns, true);
     say_skipped(&b);
-    if (!err && asprintf(&tmp, "%s.tmp", out) < 0)
-        err = -ENOMEM;
     if (!err)
-        err = encode(&b, tmp);
-    if (!err && rename(tmp, out) != 0)
-        err = -errno;
-    if (err && tmp)
-        unlink(tmp);
-    if (err)
-        np_err("cannot write %s: %s", out, strerror(-err));
-    free(tmp);
+        err = write_file(&b, out);
     builder_free(&b);
     return err;
 }
