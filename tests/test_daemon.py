@@ -737,7 +737,9 @@ def test_kill_9_leaves_no_bpf_behind(tmp_path_factory, progs, tmp_path):
         links = {x["id"]: x for x in bpftool("link", "show") if x["id"] in link_ids}
         assert any("uprobe" in x.get("type", "") or x.get("type") == "perf_event"
                    for x in links.values()), links
-        perf_ours = [x for x in bpftool("perf") if x.get("pid") == d.pid]
+        # perf-event attachments of our programs (perf-event uprobes, when the kernel has
+        # no uprobe_multi links)
+        perf_ours = [x for x in bpftool("perf") if x.get("prog_id") in prog_ids]
         events_during = uprobe_events() - events_before
         ours_events = {e for e in events_during if f"_{d.pid}_" in e}
 
@@ -747,7 +749,7 @@ def test_kill_9_leaves_no_bpf_behind(tmp_path_factory, progs, tmp_path):
         def gone():
             left_progs = {x["id"] for x in bpftool("prog", "show")} & set(prog_ids)
             left_links = {x["id"] for x in bpftool("link", "show")} & set(link_ids)
-            left_perf = [x for x in bpftool("perf") if x.get("pid") == d.pid]
+            left_perf = [x for x in bpftool("perf") if x.get("prog_id") in prog_ids]
             left_events = uprobe_events() & ours_events
             return not (left_progs or left_links or left_perf or left_events)
         wait_for(gone, 5, "the killed daemon's BPF programs, links and uprobes to go",
@@ -859,7 +861,7 @@ def test_200_short_lived_processes_no_leak(tmp_path_factory, tmp_path):
 
 def test_retention_deletes_oldest_sets_first(tmp_path_factory, progs, tmp_path):
     d = own_daemon(tmp_path_factory, "ret", include_comm="npret", aggregate="no",
-                   max_output_size="1M")
+                   max_output_size="1M", formats="none")
     try:
         exe = comm_link(tmp_path, "npret")
         order = []  # set names, oldest first
@@ -874,8 +876,14 @@ def test_retention_deletes_oldest_sets_first(tmp_path_factory, progs, tmp_path):
             assert len(sets) == 1
             order += list(sets)
             ctl_ok(d, "stop")
-        st = wait_for(lambda: (s := d.status())["disk"]["deleted_sets"] > 0 and s, 15,
-                      "retention")
+        def settled():
+            # a deletion may still be on its way: take status and listing together, and
+            # only once two readings 0.5 s apart agree
+            first = d.status()["disk"]["deleted_sets"]
+            time.sleep(0.5)
+            s = d.status()
+            return first > 0 and s["disk"]["deleted_sets"] == first and s
+        st = wait_for(settled, 20, "retention")
         present = [n for n in order if (d.out / n).exists()]
         assert present, order
         assert order[-1] in present  # the newest stays

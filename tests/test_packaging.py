@@ -246,9 +246,10 @@ def test_unit_security_exposure(package):
 def help_options(binary, command):
     proc = subprocess.run([str(binary), command, "--help"], capture_output=True, text=True,
                           timeout=30)
-    if proc.returncode != 0:
-        return None  # a command this binary does not have (yet)
-    return set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", proc.stdout))
+    assert proc.returncode == 0, f"{command} --help: {proc.stderr}"
+    options = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", proc.stdout))
+    assert options, f"{command} --help lists no options"
+    return options
 
 
 @have("man", "groff")
@@ -282,7 +283,7 @@ def test_man_page(package, tmp_path):
     binary = package.path("/usr/bin/ncclprobe")
     for command in ("record", "merge", "report", "daemon", "ctl", "flamegraph"):
         options = help_options(binary, command)
-        for option in sorted(options or ()):
+        for option in sorted(options):
             assert option in text, f"{command} {option} is not in the manual page"
     for name in ("CUDA_INJECTION64_PATH", "NCCLPROBE_CUPTI_SOCKET",
                  "/usr/lib/ncclprobe/libncclprobe_cupti.so", "SIGHUP", "SIGTERM"):

@@ -25,6 +25,7 @@ import pytest
 
 from conftest import (BUILD, GO, go_pprof, made_by_record, PROGS, PROGS_ENV, REPO, interpreters, needs_bpf, needs_real_cudart,
                       record)
+from test_gpu_join import leaf_of, truth
 
 PPROF_CLI = BUILD / "pprof_cli"
 CUPTI_LIB = BUILD / "libncclprobe_cupti.so"
@@ -303,6 +304,13 @@ def test_gpu_time_from_cupti_records(tmp_path, scenario):
     r = raw(tmp_path, profile)
     assert r["types"] == ["launches/count", "gpu_time/nanoseconds"]
     assert leaf_totals(r, 1) == folded_totals(out / "merged.gpu_ns.folded")
+    # and from the truth: the GPU records the app scripted, by leaf
+    launches, orphans, _ = truth(tmp_path / "expect.jsonl")
+    scripted = Counter()
+    for row in launches + orphans:
+        for g in row.get("gpu", []):
+            scripted[leaf_of(g)] += g["end_ns"] - g["start_ns"]
+    assert leaf_totals(r, 1) == dict(scripted)
     assert sum(v[0] for v, _ in r["samples"]) == len(outer_launches(out))
     assert traces(tmp_path, profile) == expected_traces(out)
     top = go_pprof(tmp_path, "-top", "-sample_index=gpu_time", "-unit=ns", profile)

@@ -232,8 +232,10 @@ static void convert_set(struct daemon *d, const char *dir) {
  * waits for all of them when `all`. */
 static void reap_converters(struct daemon *d, bool all) {
     for (;;) {
-        while (d->converters > 0 && waitpid(-1, NULL, all ? 0 : WNOHANG) > 0)
+        while (d->converters > 0 && waitpid(-1, NULL, all ? 0 : WNOHANG) > 0) {
             d->converters--;
+            d->last_retain_ns = 0; /* the set grew: retention runs on the next tick */
+        }
         if (!d->nto_convert || d->converters >= MAX_CONVERTERS)
             return;
         char *dir = d->to_convert[0];

@@ -8,10 +8,12 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -684,11 +686,21 @@ static void test_load(void) {
     CHECK(starts_with(err, want));
     CHECK(memcmp(&before, &c, sizeof(c)) == 0);
 
-    /* unreadable (unless root, who reads anything) */
-    if (geteuid() != 0) {
-        CHECK(chmod(path, 0) == 0);
-        CHECK(np_config_load(path, &c, err, sizeof(err)) == -EACCES);
-        CHECK(strstr(err, "Permission denied") != NULL);
+    /* unreadable: as root, checked by a child that gives up root first */
+    CHECK(chmod(path, 0) == 0);
+    bool forked = geteuid() == 0;
+    pid_t child = forked ? fork() : 0;
+    if (child == 0) {
+        bool dropped = !forked || (setgid(65534) == 0 && setuid(65534) == 0);
+        int rc = dropped ? np_config_load(path, &c, err, sizeof(err)) : 0;
+        bool ok = rc == -EACCES && strstr(err, "Permission denied") != NULL;
+        if (forked)
+            _exit(ok ? 0 : 1);
+        CHECK(ok);
+    } else {
+        int status = 0;
+        CHECK(child > 0 && waitpid(child, &status, 0) == child);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     }
 
     /* a good file */
