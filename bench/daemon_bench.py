@@ -320,15 +320,15 @@ OVH_LABEL = {
     "bare": "no tracer",
     "daemon": "**ncclprobe daemon**, always-on aggregate",
     "window": "ncclprobe daemon, capture window open",
-    "record": "ncclprobe record --pid",
+    "record": "ncclprobe record --pid --format none",
     "bpftrace": "bpftrace `@[ustack] = count()`",
 }
 
 
 def tracer_up(args, cfg, pid, wd, extra_conf=""):
     """Starts cfg's tracer for a workload that is already waiting (daemon: started before)."""
-    if cfg == "record":
-        return bench.Ncclprobe("record", "", args.ncclprobe).start(pid, wd)
+    if cfg == "record":  # the recording's cost, not its derived outputs' (made at its end)
+        return bench.Ncclprobe("record", "", args.ncclprobe, ["--format", "none"]).start(pid, wd)
     if cfg == "bpftrace":
         return bench.Bpftrace("bpftrace", "").start(pid, wd)
     return None

@@ -11,8 +11,9 @@ with modules and build ids, graph launches, pending and unmatched GPU work,
 nested and malformed lines, and a daemon aggregate set with only the folded
 files.
 
-Until `record --format pprof` writes the file, profile_of() runs the writer
-alone through build/pprof_cli (tests/unit/pprof_cli.c)."""
+Recordings are checked through the profile.pb.gz `record` wrote (its
+default --format); hand-made directories through the writer alone
+(build/pprof_cli, tests/unit/pprof_cli.c)."""
 
 import gzip
 import json

@@ -308,19 +308,6 @@ static void session_destroy(struct np_session *s) {
     free(s->opt.output_dir);
 }
 
-static int setup_signals(struct np_session *s) {
-    sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &mask, NULL);
-    s->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (s->sigfd < 0)
-        return -errno;
-    return np_session_watch(s->epfd, s->sigfd, NP_TAG_SIGNAL);
-}
-
 int np_cmd_record(int argc, char **argv) {
     struct np_session s = {.epfd = -1, .sigfd = -1, .child = {.release_fd = -1}};
     int err = np_record_parse_options(argc, argv, &s.opt);
@@ -341,7 +328,7 @@ int np_cmd_record(int argc, char **argv) {
         goto out;
     }
     s.epfd = epoll_create1(EPOLL_CLOEXEC);
-    err = s.epfd < 0 ? -errno : setup_signals(&s);
+    err = s.epfd < 0 ? -errno : np_session_setup_signals(&s, SIGCHLD);
     if (!err)
         err = np_session_setup_bpf(&s);
     if (err)

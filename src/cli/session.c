@@ -6,10 +6,12 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include "attach/target.h"
@@ -39,6 +41,20 @@ struct np_target *np_session_find_target(void *ctx, pid_t pid) {
         if (s->targets[i]->pid == pid)
             return s->targets[i];
     return NULL;
+}
+
+int np_session_setup_signals(struct np_session *s, int extra) {
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, extra);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    s->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (s->sigfd < 0)
+        return -errno;
+    return np_session_watch(s->epfd, s->sigfd, NP_TAG_SIGNAL);
 }
 
 int np_session_watch(int epfd, int fd, uint64_t tag) {

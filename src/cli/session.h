@@ -51,6 +51,10 @@ struct np_session {
 enum { NP_TAG_RING = 0, NP_TAG_SIGNAL = 1, NP_TAG_GPU = 2, NP_TAG_EXTRA = 3, NP_TAG_TARGET = 64 };
 
 void np_session_set_verbose(bool verbose);
+/* SIGINT, SIGTERM and `extra` (record: SIGCHLD, the daemon: SIGHUP) arrive
+ * on s->sigfd, watched by the loop; SIGPIPE is ignored (a socket peer that
+ * left is an error return, not our death). */
+int np_session_setup_signals(struct np_session *s, int extra);
 int np_session_watch(int epfd, int fd, uint64_t tag);
 
 /* ---- targets ---- */

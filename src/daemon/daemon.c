@@ -949,9 +949,11 @@ static void reload(struct daemon *d, bool verbose) {
         !same_text(old->cupti_socket, next.cupti_socket) || old->gpu != next.gpu ||
         old->ring_buffer_bytes != next.ring_buffer_bytes || old->stack_bytes != next.stack_bytes ||
         old->unwind != next.unwind || old->python != next.python ||
-        old->python_depth != next.python_depth)
-        np_warn("reload: output_dir, sockets, gpu, ring_buffer, unwind, stack_bytes and python* "
-                "keep their values until the daemon restarts");
+        old->python_depth != next.python_depth || old->gpu_timeout_ms != next.gpu_timeout_ms)
+        np_warn("reload: output_dir, sockets, gpu, gpu_timeout, ring_buffer, unwind, stack_bytes "
+                "and python* keep their values until the daemon restarts");
+    bool aggregate_was = old->aggregate;
+    bool flag_moved = !same_text(old->flag_file, next.flag_file);
     /* start-time settings: the running values move into `next`, which replaces `old` */
     free(next.output_dir);
     free(next.ctl_socket);
@@ -966,6 +968,7 @@ static void reload(struct daemon *d, bool verbose) {
     next.unwind = old->unwind;
     next.python = old->python;
     next.python_depth = old->python_depth;
+    next.gpu_timeout_ms = old->gpu_timeout_ms;
     np_config_free(old);
     *old = next;
     apply_log_level(d, verbose);
@@ -975,6 +978,16 @@ static void reload(struct daemon *d, bool verbose) {
             d->window_end_mono = max_end;
     }
     set_bpf_switch(d);
+    if (d->limit_active) /* a new rate_limit applies at once */
+        d->s.skel->bss->rate_limit = (__u32)d->cfg.rate_limit;
+    if (aggregate_was && !d->cfg.aggregate && !d->window_open)
+        each_proc(d, reopen_set); /* the always-on sets end now */
+    if (flag_moved) {             /* another flag file: its presence counts from now */
+        char msg[256];
+        if (d->window_open && strcmp(d->window_reason, "flag_file") == 0)
+            close_window(d, "flag file changed", msg, sizeof(msg));
+        d->flag_present = false;
+    }
     /* filters: processes no longer selected go, newly selected ones come */
     for (size_t i = 0; i < d->procs.cap; i++) {
         struct dproc *p = d->procs.slots[i].used ? d->procs.slots[i].value : NULL;
@@ -1058,20 +1071,6 @@ static void options_from_config(struct daemon *d) {
     o->gpu_timeout_ms = (long)c->gpu_timeout_ms;
 }
 
-static int setup_signals(struct daemon *d) {
-    sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGHUP);
-    sigprocmask(SIG_BLOCK, &mask, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    d->s.sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (d->s.sigfd < 0)
-        return -errno;
-    return np_session_watch(d->s.epfd, d->s.sigfd, NP_TAG_SIGNAL);
-}
-
 static int setup(struct daemon *d) {
     if (gethostname(d->host, sizeof(d->host) - 1) < 0)
         snprintf(d->host, sizeof(d->host), "localhost");
@@ -1087,7 +1086,7 @@ static int setup(struct daemon *d) {
         return err;
     options_from_config(d);
     d->s.epfd = epoll_create1(EPOLL_CLOEXEC);
-    err = d->s.epfd < 0 ? -errno : setup_signals(d);
+    err = d->s.epfd < 0 ? -errno : np_session_setup_signals(&d->s, SIGHUP);
     if (!err)
         err = np_session_setup_bpf(&d->s);
     if (err)

@@ -1,7 +1,7 @@
-/* flame_cli.c - test driver for the flame graph writer until `ncclprobe
- * flamegraph` is wired into main.c: "flame_cli flamegraph ARGS..." runs
- * np_cmd_flamegraph, "flame_cli write-dir DIR" runs np_write_flamegraphs and
- * exits 0, or 1 with the error. */
+/* flame_cli.c - test driver for the flame graph writer on hand-made
+ * directories: "flame_cli write-dir DIR" runs np_write_flamegraphs and exits
+ * 0, or 1 with the error ("flame_cli flamegraph ARGS..." runs the command's
+ * code, as `ncclprobe flamegraph` does). */
 #include <stdio.h>
 #include <string.h>
 

@@ -1,7 +1,7 @@
 /* pprof_cli.c - a test driver for the pprof writer (src/writers/pprof.c):
- * `pprof_cli DIR` writes DIR/profile.pb.gz from the recording in DIR, so
- * tests/test_pprof.py can check the writer before `record --format pprof`
- * calls it. Exits 0, or 1 with the error said. */
+ * `pprof_cli DIR` writes DIR/profile.pb.gz from the directory DIR, for
+ * tests/test_pprof.py's hand-made directories (recordings have the one
+ * `record` wrote). Exits 0, or 1 with the error said. */
 #include <stdio.h>
 #include <string.h>
 
