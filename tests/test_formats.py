@@ -74,3 +74,17 @@ def test_merge_writes_nothing_more_by_default(tmp_path):
     assert m.returncode == 0, m.stderr
     assert sorted(p.name for p in m.out_path.parent.iterdir()) == [
         "ns.folded", "out.folded", "stacks.ext.folded", "trace.json"]
+
+
+@needs_bpf
+def test_convert_makes_the_outputs_of_a_recording_later(tmp_path):
+    rec = record(tmp_path, ["--format", "none", "--", *LAUNCHER])
+    assert rec.returncode == 0, rec.stderr
+    assert not (rec.path / "profile.pb.gz").exists()
+    proc = run_ncclprobe(["convert", "--format", "pprof,svg", rec.path])
+    assert proc.returncode == 0, proc.stderr
+    assert (rec.path / "flamegraph.svg").exists() and not (rec.path / "trace.json").exists()
+    top = go_pprof(tmp_path, "-top", rec.path / "profile.pb.gz")
+    assert "Total samples = 7" in top, top
+    assert run_ncclprobe(["convert", tmp_path / "nowhere"]).returncode == 1
+    assert run_ncclprobe(["convert", "--format", "png", rec.path]).returncode == 2

@@ -8,6 +8,7 @@
 #include "cli/record.h"
 #include "cli/report.h"
 #include "daemon/daemon.h"
+#include "writers/formats.h"
 
 #define NCCLPROBE_VERSION "0.1.0"
 
@@ -19,6 +20,7 @@ static void usage(FILE *f) {
         "       ncclprobe merge --cpu EXT_FOLDED --gpu TRACE_JSON -o OUT [options]\n"
         "       ncclprobe report [DIR] [options]\n"
         "       ncclprobe flamegraph IN.folded [-o OUT.svg] [--title T] [--unit count|ns]\n"
+        "       ncclprobe convert DIR [--format LIST]\n"
         "       ncclprobe daemon [--config FILE] [--output-dir DIR] [-v]\n"
         "       ncclprobe ctl [--socket PATH] [--json] start [--duration S]|stop|status|snapshot\n"
         "       ncclprobe --version\n"
@@ -42,6 +44,8 @@ int main(int argc, char **argv) {
         return np_cmd_ctl(argc - 1, argv + 1);
     if (strcmp(argv[1], "flamegraph") == 0)
         return np_cmd_flamegraph(argc - 1, argv + 1);
+    if (strcmp(argv[1], "convert") == 0)
+        return np_cmd_convert(argc - 1, argv + 1);
     if (strcmp(argv[1], "--version") == 0) {
         printf("ncclprobe %s\n", NCCLPROBE_VERSION);
         return 0;

@@ -191,16 +191,21 @@ static void close_set(struct daemon *d, struct dproc *p) {
  * our CPU budget; inline if fork fails. */
 #define MAX_CONVERTERS 2
 
+/* The converter is `ncclprobe convert`, exec'd: a fresh process, so none of
+ * our descriptors (probe links, sockets), locks or threads come along. */
 static void run_converter(struct daemon *d, const char *dir) {
+    char formats[64];
+    np_formats_name(d->cfg.formats, formats, sizeof(formats));
     pid_t pid = fork();
-    if (pid == 0) { /* none of our descriptors (probe links, sockets) and default signals */
+    if (pid == 0) {
         sigset_t all;
         sigfillset(&all);
         sigprocmask(SIG_UNBLOCK, &all, NULL);
         close_range(3, ~0u, 0);
         if (nice(10) < 0)
             np_debug("nice: %s", strerror(errno));
-        _exit(np_formats_write(dir, d->cfg.formats) ? 1 : 0);
+        execl("/proc/self/exe", "ncclprobe", "convert", "--format", formats, dir, (char *)NULL);
+        _exit(127);
     }
     if (pid > 0) {
         d->converters++;
@@ -228,21 +233,38 @@ static void convert_set(struct daemon *d, const char *dir) {
     d->to_convert[d->nto_convert++] = copy;
 }
 
-/* Converters that finished, and queued sets started in their place;
- * waits for all of them when `all`. */
-static void reap_converters(struct daemon *d, bool all) {
-    for (;;) {
-        while (d->converters > 0 && waitpid(-1, NULL, all ? 0 : WNOHANG) > 0) {
-            d->converters--;
-            d->last_retain_ns = 0; /* the set grew: retention runs on the next tick */
-        }
-        if (!d->nto_convert || d->converters >= MAX_CONVERTERS)
-            return;
-        char *dir = d->to_convert[0];
-        memmove(d->to_convert, d->to_convert + 1, --d->nto_convert * sizeof(*d->to_convert));
-        run_converter(d, dir);
-        free(dir);
+static void start_queued_converter(struct daemon *d) {
+    char *dir = d->to_convert[0];
+    memmove(d->to_convert, d->to_convert + 1, --d->nto_convert * sizeof(*d->to_convert));
+    run_converter(d, dir);
+    free(dir);
+}
+
+/* Converters that finished, and queued sets started in their place. */
+static void reap_converters(struct daemon *d) {
+    while (d->converters > 0 && waitpid(-1, NULL, WNOHANG) > 0) {
+        d->converters--;
+        d->last_retain_ns = 0; /* the set grew: retention runs on the next tick */
     }
+    while (d->nto_convert && d->converters < MAX_CONVERTERS)
+        start_queued_converter(d);
+}
+
+/* At exit: every queued set gets its converter, and they are given 20 s;
+ * any still running then finishes on its own. */
+#define CONVERTERS_EXIT_WAIT_NS 20000000000ull
+static void finish_converters(struct daemon *d) {
+    while (d->nto_convert)
+        start_queued_converter(d);
+    uint64_t until = np_monotonic_ns() + CONVERTERS_EXIT_WAIT_NS;
+    while (d->converters > 0 && np_monotonic_ns() < until) {
+        if (waitpid(-1, NULL, WNOHANG) > 0)
+            d->converters--;
+        else
+            usleep(20000);
+    }
+    if (d->converters)
+        np_warn("%u converters still running: they finish on their own", d->converters);
 }
 
 static void finish_set(struct daemon *d, struct np_outset *set) {
@@ -1163,7 +1185,7 @@ static void tick(struct daemon *d, bool verbose) {
     np_session_gpu_tick(&d->s, !d->s.backlog);
     reap_exited(d, !d->s.backlog);
     finish_closing_sets(d, false);
-    reap_converters(d, false);
+    reap_converters(d);
     np_ctl_server_tick(d->ctl, now);
     rescan_after_losses(d);
     if (d->reload) {
@@ -1224,7 +1246,7 @@ static void shut_down(struct daemon *d) {
     np_session_finish_gpu(&d->s);
     each_proc(d, close_set);
     finish_closing_sets(d, true);
-    reap_converters(d, true);
+    finish_converters(d);
 }
 
 int np_cmd_daemon(int argc, char **argv) {

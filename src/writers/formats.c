@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "lib/util.h"
 #include "writers/flamegraph.h"
@@ -62,4 +63,51 @@ int np_formats_write(const char *dir, unsigned formats) {
     if (formats & NP_FORMAT_PERFETTO)
         first = first_error(first, np_write_trace_json(dir));
     return first;
+}
+
+void np_formats_name(unsigned formats, char *out, size_t size) {
+    size_t n = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < 3; i++) /* the single formats lead the table */
+        if (formats & names[i].bits)
+            n += (size_t)snprintf(out + n, n < size ? size - n : 0, "%s%s", n ? "," : "",
+                                  names[i].name);
+    if (!formats)
+        snprintf(out, size, "none");
+}
+
+int np_cmd_convert(int argc, char **argv) {
+    unsigned formats = NP_FORMATS_DEFAULT;
+    const char *dir = NULL;
+    for (int i = 1; i < argc; i++) {
+        char why[256];
+        if (strcmp(argv[i], "--format") == 0 && i + 1 < argc) {
+            if (np_formats_parse(argv[++i], &formats, why, sizeof(why)) < 0) {
+                np_err("--format: %s", why);
+                return 2;
+            }
+        } else if (argv[i][0] != '-' && !dir) {
+            dir = argv[i];
+        } else {
+            fprintf(stderr,
+                    "usage: ncclprobe convert DIR [--format LIST]\n"
+                    "Makes the derived outputs (%s) of a recording directory.\n",
+                    NP_FORMATS_HELP);
+            return strcmp(argv[i], "--help") == 0 ? 0 : 2;
+        }
+    }
+    if (!dir) {
+        fprintf(stderr, "usage: ncclprobe convert DIR [--format LIST]\n");
+        return 2;
+    }
+    struct stat st;
+    if (stat(dir, &st) < 0) {
+        np_err("cannot read %s: %s", dir, strerror(errno));
+        return 1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        np_err("%s is not a recording directory", dir);
+        return 1;
+    }
+    return np_formats_write(dir, formats) ? 1 : 0;
 }

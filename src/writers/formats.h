@@ -26,4 +26,11 @@ int np_formats_parse(const char *list, unsigned *out, char *err, size_t errlen);
  * are still written. Returns the first error. */
 int np_formats_write(const char *dir, unsigned formats);
 
+/* "pprof,perfetto,svg" (or "none") for a set of formats, as parse reads it. */
+void np_formats_name(unsigned formats, char *out, size_t size);
+
+/* `ncclprobe convert DIR [--format LIST]`: the derived outputs of a closed
+ * recording or output set (the daemon runs it for each set it writes). */
+int np_cmd_convert(int argc, char **argv);
+
 #endif
