@@ -140,11 +140,17 @@ $(BUILD)/config_unit: tests/unit/config_unit.c tests/unit/check.h $(UNIT_SRCS:sr
 $(BUILD)/ctl_unit: tests/unit/ctl_unit.c tests/unit/check.h $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
 	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $(filter-out %.h,$^) $(LIBS)
 
-test-unit: $(BUILD)/unit_tests $(BUILD)/merge_unit $(BUILD)/config_unit $(BUILD)/ctl_unit
+# Failure paths, with realloc wrapped so that a test can make it fail.
+$(BUILD)/fault_unit: tests/unit/fault_unit.c tests/unit/check.h $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
+	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -Wl,--wrap=realloc -o $@ $(filter-out %.h,$^) $(LIBS)
+
+test-unit: $(BUILD)/unit_tests $(BUILD)/merge_unit $(BUILD)/config_unit $(BUILD)/ctl_unit \
+		$(BUILD)/fault_unit
 	$(BUILD)/unit_tests
 	$(BUILD)/merge_unit
 	$(BUILD)/config_unit
 	$(BUILD)/ctl_unit
+	$(BUILD)/fault_unit
 
 # The writers alone, from a recording directory (tests/test_pprof.py, test_flamegraph.py,
 # test_trace_json.py run them on hand-made directories too).

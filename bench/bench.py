@@ -29,6 +29,8 @@ import tempfile
 import threading
 import time
 
+import privmount
+
 CUDART = "/usr/local/cuda/lib64/libcudart.so.13"
 PERF_EVENT = "probe_libcudart:cudaLaunchKernel"
 
@@ -266,8 +268,7 @@ class PerfProbe:
         self.created = False
 
     def setup(self):
-        if not os.listdir("/sys/kernel/tracing"):
-            run_cmd(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"])
+        privmount.mount_tracefs()  # in our own mount namespace (main)
         if PERF_EVENT in run_cmd(["perf", "probe", "-l"], check=False).stdout:
             log(f"  note: {PERF_EVENT} already exists; using it and leaving it in place")
             return
@@ -722,6 +723,7 @@ def report(args, lat, rates, clean):
 
 
 def main():
+    privmount.enter()
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build")

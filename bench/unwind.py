@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import privmount
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -99,9 +101,7 @@ def baseline():
 
 
 def perf_setup():
-    tracing = Path("/sys/kernel/tracing")
-    if not (tracing / "uprobe_events").exists():
-        subprocess.run(["mount", "-t", "tracefs", "nodev", str(tracing)], check=False)
+    privmount.mount_tracefs()  # in our own mount namespace (main)
     subprocess.run(["perf", "probe", "-q", "-d", "probe_libcudart:*"], capture_output=True)
     r = subprocess.run(["perf", "probe", "-q", "-x", str(CUDART), "cudaLaunchKernel"],
                        capture_output=True, text=True)
@@ -189,6 +189,7 @@ time.sleep(60)
 
 
 def main():
+    privmount.enter()
     table, _ = latency_table()
     rows = ["| workload | mode | replay result |", "|---|---|---|"]
     loop_argv = [LOOP, "--wait-signal", "--depth", "10", "--iters", "1000000", "--warmup", "10",

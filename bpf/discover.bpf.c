@@ -4,14 +4,26 @@
  * CUDA/NCCL library prefix. The daemon then reads /proc/PID/maps and
  * attaches its uprobes (bpf/ncclprobe.bpf.c) to that process.
  *
- * mmap is seen at the system call: its entry (fd, prot) decides whether the
- * file is interesting, its exit (the mapping exists now) sends the record.
- * Tracepoints, not kprobes: they exist on every kernel we support, also
- * those built without kprobes. Nothing here ever delays the caller beyond
- * a map lookup and, for matching files only, one record. */
+ * mmap is seen at the system call, two ways, chosen by user space
+ * (src/daemon/discover.c):
+ * - BTF-enabled raw tracepoints (tp_btf): need only /sys/kernel/btf/vmlinux,
+ *   which ncclprobe requires anyway, and no tracefs. One program at
+ *   sys_exit, which fires for every system call: it compares the call number
+ *   first. At mmap's exit the registers still hold prot and fd, the fd is
+ *   open and the mapping exists. (An entry program as well cost 140 ns per
+ *   system call where this one costs 100: docs/daemon.md.)
+ * - the syscalls/sys_{enter,exit}_mmap tracepoints, where tp_btf cannot be
+ *   loaded: the entry decides whether the file is interesting, the exit
+ *   sends the record. These need tracefs for their ids (user space mounts
+ *   it privately).
+ * Tracepoints, not kprobes or fentry: they exist on every kernel we support,
+ * also those built without kprobes or that refuse fentry. Nothing here ever
+ * delays the caller beyond a map lookup and, for matching files only, one
+ * record. */
 #include "vmlinux.h"
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
 
 #include "ncclprobe/discover.h"
 
@@ -101,37 +113,8 @@ static __always_inline void send(struct np_disc_event *ev) {
     bpf_ringbuf_submit(rec, 0);
 }
 
-SEC("tracepoint/syscalls/sys_enter_mmap")
-int np_mmap_enter(struct sys_enter_mmap_args *args) {
-    if (!(args->prot & NP_PROT_EXEC) || (__s64)args->fd < 0)
-        return 0;
-    struct np_disc_event ev = {.kind = NP_DISC_MMAP};
-    if (fd_name(args->fd, ev.name) < 0 || !interesting(ev.name))
-        return 0;
-    __u64 pid_tgid = bpf_get_current_pid_tgid();
-    __u32 tid = (__u32)pid_tgid;
-    ev.pid = pid_tgid >> 32;
-    ev.tid = tid;
-    bpf_map_update_elem(&mmap_in_flight, &tid, &ev, BPF_ANY);
-    return 0;
-}
-
-SEC("tracepoint/syscalls/sys_exit_mmap")
-int np_mmap_exit(struct sys_exit_args *args) {
-    __u32 tid = (__u32)bpf_get_current_pid_tgid();
-    struct np_disc_event *ev = bpf_map_lookup_elem(&mmap_in_flight, &tid);
-    if (!ev)
-        return 0;
-    if (args->ret >= 0 || args->ret < -4095) { /* an address, not -errno */
-        ev->ts_ns = bpf_ktime_get_ns();
-        send(ev);
-    }
-    bpf_map_delete_elem(&mmap_in_flight, &tid);
-    return 0;
-}
-
-SEC("tracepoint/sched/sched_process_exec")
-int np_exec(void *args) {
+/* A process exec'd: its new comm goes with the record. */
+static __always_inline void send_exec(void) {
     __u64 pid_tgid = bpf_get_current_pid_tgid();
     struct np_disc_event ev = {
         .kind = NP_DISC_EXEC,
@@ -141,5 +124,88 @@ int np_exec(void *args) {
     };
     bpf_get_current_comm(ev.name, sizeof(ev.name));
     send(&ev);
+}
+
+/* The entry of mmap(fd, prot): remembers the file if it is one we want. */
+static __always_inline void mmap_enter(__u64 prot, __u64 fd) {
+    if (!(prot & NP_PROT_EXEC) || (__s64)fd < 0)
+        return;
+    struct np_disc_event ev = {.kind = NP_DISC_MMAP};
+    if (fd_name(fd, ev.name) < 0 || !interesting(ev.name))
+        return;
+    __u64 pid_tgid = bpf_get_current_pid_tgid();
+    __u32 tid = (__u32)pid_tgid;
+    ev.pid = pid_tgid >> 32;
+    ev.tid = tid;
+    bpf_map_update_elem(&mmap_in_flight, &tid, &ev, BPF_ANY);
+}
+
+/* The exit of a remembered mmap: the mapping exists now, if it succeeded. */
+static __always_inline void mmap_exit(__s64 ret) {
+    __u32 tid = (__u32)bpf_get_current_pid_tgid();
+    struct np_disc_event *ev = bpf_map_lookup_elem(&mmap_in_flight, &tid);
+    if (!ev)
+        return;
+    if (ret >= 0 || ret < -4095) { /* an address, not -errno */
+        ev->ts_ns = bpf_ktime_get_ns();
+        send(ev);
+    }
+    bpf_map_delete_elem(&mmap_in_flight, &tid);
+}
+
+/* ---- BTF-enabled raw tracepoints: no tracefs needed ---------------------- */
+
+/* A successful mmap(fd, prot) returned: reports the file if it is one we want. */
+static __always_inline void mmap_done(__u64 prot, __u64 fd) {
+    if (!(prot & NP_PROT_EXEC) || (__s64)fd < 0)
+        return;
+    struct np_disc_event ev = {.kind = NP_DISC_MMAP};
+    if (fd_name(fd, ev.name) < 0 || !interesting(ev.name))
+        return;
+    __u64 pid_tgid = bpf_get_current_pid_tgid();
+    ev.pid = pid_tgid >> 32;
+    ev.tid = (__u32)pid_tgid;
+    ev.ts_ns = bpf_ktime_get_ns();
+    send(&ev);
+}
+
+#define NP_NR_MMAP 9 /* x86-64 */
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(np_btf_sys_exit, struct pt_regs *regs, long ret) {
+    if (regs->orig_ax != NP_NR_MMAP) /* a trusted BTF pointer: a plain load */
+        return 0;
+    /* mmap(addr, len, prot, flags, fd, off): the registers still hold the
+     * arguments (prot in rdx, fd in r8), the fd is still open, and the
+     * mapping exists now. */
+    if (ret < 0 && ret >= -4095)
+        return 0;
+    mmap_done(regs->dx, regs->r8);
+    return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(np_btf_exec) {
+    send_exec();
+    return 0;
+}
+
+/* ---- tracefs tracepoints: the fallback ----------------------------------- */
+
+SEC("tracepoint/syscalls/sys_enter_mmap")
+int np_mmap_enter(struct sys_enter_mmap_args *args) {
+    mmap_enter(args->prot, args->fd);
+    return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_mmap")
+int np_mmap_exit(struct sys_exit_args *args) {
+    mmap_exit(args->ret);
+    return 0;
+}
+
+SEC("tracepoint/sched/sched_process_exec")
+int np_exec(void *args) {
+    send_exec();
     return 0;
 }

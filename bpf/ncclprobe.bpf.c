@@ -619,10 +619,7 @@ static __always_inline void remember_handle_call(struct pt_regs *ctx,
     /* handle holds the out pointer until the return fills in the handle */
     h->handle = cfg->out_arg < NP_REG_ARGS ? args[cfg->out_arg] : 0;
     h->source = cfg->src_arg < NP_REG_ARGS ? args[cfg->src_arg] : 0;
-    if (cfg->src_kind == NP_SRC_STRING && h->source) {
-        long n = bpf_probe_read_user_str(h->name, sizeof(h->name), (void *)h->source);
-        h->name_err = n < 0 ? n : 0;
-    }
+    /* A name string is read at the return, not here (see on_return). */
 }
 
 /* The dynamic loader calls _dl_debug_state (its r_brk, the debugger hook)
@@ -888,6 +885,14 @@ static __always_inline int on_return(struct pt_regs *ctx) {
     fill_header(&h->hdr, NP_EV_HANDLE, sizeof(*h), pid_tgid, bpf_ktime_get_ns());
     /* A call that produced nothing (it failed) names nothing. */
     if (h->handle) {
+        /* The name is read now, once the driver has looked it up: at the
+         * entry its page may not be mapped in the process yet (the first
+         * name a program passes, from .rodata it never touched), and a BPF
+         * read cannot fault it in - that first kernel stayed unnamed. */
+        if (cfg->src_kind == NP_SRC_STRING && h->source) {
+            long n = bpf_probe_read_user_str(h->name, sizeof(h->name), (void *)h->source);
+            h->name_err = n < 0 ? n : 0;
+        }
         if (bpf_ringbuf_output(&events, h, sizeof(*h), wakeup_flag(sizeof(*h))) == 0) {
             count(NP_CNT_HANDLE_SENT);
         } else {

@@ -1,6 +1,7 @@
 """Bad input gets a clear error and the documented exit code: 2 for usage,
 1 for failures. Each case runs the real binary."""
 
+import json
 import os
 import re
 import subprocess
@@ -192,3 +193,57 @@ def test_thread_id_is_refused_with_the_process_id(tmp_path, workloads):
     proc = run_ncclprobe(["record", "-o", tmp_path / "out", "--pid", tids[0]])
     assert proc.returncode == FAILURE
     assert f"{tids[0]} is a thread of process {w.pid}: give the process id" in proc.stderr
+
+
+# ---- the rule: a command that prints "error:" exits non-zero -------------------------------
+
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory):
+    """Recording-like directories with damaged files (hand-made: no BPF needed)."""
+    root = tmp_path_factory.mktemp("damaged")
+    cut = root / "cut"
+    cut.mkdir()
+    stack = {"stack_id": 1, "frames": [{"name": "main"}, {"name": "cudaLaunchKernel"}]}
+    launch = {"ts_ns": 1, "pid": 7, "tid": 7, "comm": "app", "cpu": 0, "api": "cudaLaunchKernel",
+              "kernel": "k", "nested": False, "stack_id": 1}
+    (cut / "stacks.jsonl").write_text(json.dumps(stack) + "\n" + json.dumps(stack)[:20])
+    (cut / "launches.jsonl").write_text(json.dumps(launch) + "\n")
+    (cut / "stacks.ext.folded").write_text("1 app 7 7 0 main;cudaLaunchKernel;[GPU_Kernel]k\n")
+    (cut / "launches.folded").write_text("main;cudaLaunchKernel;[GPU_Kernel]k 1\n")
+    (cut / "merged.folded").write_text("main;cudaLaunchKernel;[GPU_Kernel]k 1\n")
+    (cut / "nccl.jsonl").write_text("")
+    (root / "bad.folded").write_text("no count here\n\xff\xfe;;; x\n")
+    (root / "bad.conf").write_text("no_such_key = 1\n")
+    (root / "not-a-socket").write_text("a regular file\n")
+    return root
+
+
+def error_cases(d):
+    return {
+        "record": ["record", "-o", d / "out", "--pid", dead_pid()],
+        "convert-missing": ["convert", d / "missing"],
+        "convert-cut": ["convert", d / "cut", "--format", "pprof,perfetto"],
+        "report-missing": ["report", d / "missing"],
+        "report-cut": ["report", d / "cut"],
+        "merge": ["merge", "--cpu", d / "missing.folded", "--gpu", d / "missing.json",
+                  "-o", d / "merged.out"],
+        "flamegraph-missing": ["flamegraph", d / "missing.folded", "-o", d / "x.svg"],
+        "flamegraph-bad": ["flamegraph", d / "bad.folded", "-o", d / "y.svg"],
+        "daemon-config": ["daemon", "--config", d / "bad.conf"],
+        "ctl-no-daemon": ["ctl", "--socket", d / "missing.sock", "status"],
+        "ctl-not-a-socket": ["ctl", "--socket", d / "not-a-socket", "status"],
+    }
+
+
+CASES = ["record", "convert-missing", "convert-cut", "report-missing", "report-cut", "merge",
+         "flamegraph-missing", "flamegraph-bad", "daemon-config", "ctl-no-daemon",
+         "ctl-not-a-socket"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_error_exits_non_zero(damaged, case):
+    """The manual's rule, for every command: each of these inputs is bad, so each must
+    say `error:` and exit non-zero (1 for failures, 2 for usage)."""
+    proc = run_ncclprobe(error_cases(damaged)[case], timeout=60)
+    assert "error:" in proc.stderr, (case, proc.stderr)
+    assert proc.returncode in (FAILURE, USAGE), (case, proc.returncode, proc.stderr)

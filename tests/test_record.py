@@ -249,6 +249,34 @@ def test_driver_launches_are_named_from_the_calls_that_made_their_handles(tmp_pa
     assert "early_kernel launches=4" in out
 
 
+@pytest.mark.parametrize("mode", ["command", "pid"])
+def test_first_driver_kernel_named_from_a_page_not_yet_mapped_is_named(tmp_path, workloads,
+                                                                         mode):
+    """driver_names passes four kernel names, from one page of .rodata the
+    process has not mapped yet, to cuModuleGetFunction right after cuInit:
+    the driver's look-up of the first name maps that page. Every kernel -
+    the first one too - is named after the name it was looked up by."""
+    args = ["--iters", "3"]
+    if mode == "command":
+        rec = record(tmp_path, ["--", PROGS / "driver_names", *args])
+        out = rec.stdout
+    else:
+        w = Workload([PROGS / "driver_names", *args, "--wait-signal"])
+        workloads.append(w)
+        rec, out, _ = record_attached(tmp_path, w)
+    assert rec.returncode == 0, rec.stderr
+    order = ["alpha_kernel", "beta_kernel", "gamma_kernel", "delta_kernel"]
+    for name in order:
+        assert f"kernel={name} launches=3" in out
+    launched = []
+    for *_, frames in rec.ext_lines():
+        assert frames[-4:-2] == ["main", "launch_all"]
+        assert frames[-2] == "cuLaunchKernel"
+        launched.append(frames[-1])
+    assert launched == [f"[GPU_Kernel]{name}" for name in order] * 3
+    assert rec.summary["totals"]["handle_events"] == 4
+
+
 @needs_real_cudart
 def test_each_copy_of_a_library_in_one_process_is_probed(tmp_path, workloads):
     """Two virtualenvs, two copies of libcudart in one process: both probed,

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "attach/closer.h"
 #include "attach/elfscan.h"
 #include "attach/procmaps.h"
 #include "attach/target.h"
@@ -88,151 +89,8 @@ void np_attacher_detach_all(struct np_attacher *a) {
     a->nmulti = 0;
 }
 
-/* ---- releasing one process's probes (the daemon) --------------------------
- * A released process's links go to a few closer threads as one batch: a
- * process exiting must not stall the reader for the grace periods of its
- * uprobes (~40 ms each), and batches of several processes wait out their
- * grace periods together. The batch's probe ids become reusable only once
- * all its links are closed: until then an old uprobe may still fire with
- * one of those ids as its cookie. */
-
-#define CLOSER_THREADS 8
-
-struct close_batch {
-    int *fds;                /* uprobe_multi links */
-    struct bpf_link **links; /* perf-event links */
-    uint32_t *ids;           /* the probe ids they serve */
-    size_t nfds, nlinks, nids;
-    struct close_batch *next;
-};
-
-struct np_closer {
-    pthread_mutex_t lock;
-    pthread_cond_t wake;
-    pthread_t threads[CLOSER_THREADS];
-    int nthreads;
-    bool stopping;
-    struct close_batch *queue;
-    uint32_t *ready_ids; /* ids whose links are all closed: new sites take them */
-    size_t nready, ready_cap;
-};
-
-static bool grow(void **items, size_t *cap, size_t n, size_t size) {
-    if (n < *cap)
-        return true;
-    size_t ncap = *cap ? *cap * 2 : 64;
-    void *p = realloc(*items, ncap * size);
-    if (!p)
-        return false;
-    *items = p;
-    *cap = ncap;
-    return true;
-}
-
-static void free_batch(struct close_batch *b) {
-    free(b->fds);
-    free(b->links);
-    free(b->ids);
-    free(b);
-}
-
-/* Closes a batch's links (each waits out a grace period). */
-static void close_batch_links(struct close_batch *b) {
-    for (size_t i = 0; i < b->nfds; i++)
-        close(b->fds[i]);
-    for (size_t i = 0; i < b->nlinks; i++)
-        bpf_link__destroy(b->links[i]);
-}
-
-/* With the lock held: the batch's ids become reusable (an id that cannot
- * be remembered is simply never reused). */
-static void make_ready(struct np_closer *c, const struct close_batch *b) {
-    for (size_t i = 0; i < b->nids; i++)
-        if (grow((void **)&c->ready_ids, &c->ready_cap, c->nready, sizeof(uint32_t)))
-            c->ready_ids[c->nready++] = b->ids[i];
-}
-
-static void *closer_main(void *arg) {
-    struct np_closer *c = arg;
-    pthread_mutex_lock(&c->lock);
-    for (;;) {
-        while (!c->stopping && !c->queue)
-            pthread_cond_wait(&c->wake, &c->lock);
-        struct close_batch *b = c->queue;
-        if (!b)
-            break; /* stopping, and everything is closed */
-        c->queue = b->next;
-        pthread_mutex_unlock(&c->lock);
-        close_batch_links(b);
-        pthread_mutex_lock(&c->lock);
-        make_ready(c, b);
-        free_batch(b);
-    }
-    pthread_mutex_unlock(&c->lock);
-    return NULL;
-}
-
-static struct np_closer *closer_new(void) {
-    struct np_closer *c = calloc(1, sizeof(*c));
-    if (!c)
-        return NULL;
-    pthread_mutex_init(&c->lock, NULL);
-    pthread_cond_init(&c->wake, NULL);
-    while (c->nthreads < CLOSER_THREADS &&
-           pthread_create(&c->threads[c->nthreads], NULL, closer_main, c) == 0)
-        c->nthreads++;
-    if (c->nthreads == 0) {
-        pthread_mutex_destroy(&c->lock);
-        pthread_cond_destroy(&c->wake);
-        free(c);
-        return NULL;
-    }
-    return c;
-}
-
-/* Waits for the queue to be closed, then frees the closer. */
-static void closer_free(struct np_closer *c) {
-    if (!c)
-        return;
-    pthread_mutex_lock(&c->lock);
-    c->stopping = true;
-    pthread_cond_broadcast(&c->wake);
-    pthread_mutex_unlock(&c->lock);
-    for (int i = 0; i < c->nthreads; i++)
-        pthread_join(c->threads[i], NULL);
-    pthread_mutex_destroy(&c->lock);
-    pthread_cond_destroy(&c->wake);
-    free(c->ready_ids);
-    free(c);
-}
-
-/* Hands a batch to the closer threads; closes it here without them. */
-static void close_later(struct np_attacher *a, struct close_batch *b) {
-    if (!a->closer)
-        a->closer = closer_new();
-    struct np_closer *c = a->closer;
-    if (!c) {
-        close_batch_links(b);
-        free_batch(b); /* its ids are not reused */
-        return;
-    }
-    pthread_mutex_lock(&c->lock);
-    b->next = c->queue;
-    c->queue = b;
-    pthread_cond_signal(&c->wake);
-    pthread_mutex_unlock(&c->lock);
-}
-
-/* A probe id whose links are all closed, or 0. */
-static uint32_t reusable_id(struct np_attacher *a) {
-    struct np_closer *c = a->closer;
-    if (!c)
-        return 0;
-    pthread_mutex_lock(&c->lock);
-    uint32_t id = c->nready ? c->ready_ids[--c->nready] : 0;
-    pthread_mutex_unlock(&c->lock);
-    return id;
-}
+/* ---- releasing one process's probes (the daemon) ----------------------------
+ * Its links go to the closer (closer.c) as one batch, closed off this thread. */
 
 /* Zeroes a per-CPU counter of a probe id (before the id is reused). */
 static void zero_percpu(struct bpf_map *map, uint32_t id) {
@@ -244,26 +102,8 @@ static void zero_percpu(struct bpf_map *map, uint32_t id) {
     bpf_map__update_elem(map, &id, sizeof(id), zeros, sizeof(zeros), BPF_ANY);
 }
 
-/* Adds what a site holds to a batch; false when out of memory. */
-static bool batch_site(struct close_batch *b, struct np_probe_site *s, size_t *caps) {
-    struct bpf_link *links[2] = {s->link, s->ret_link};
-    for (int k = 0; k < 2; k++) {
-        if (!links[k])
-            continue;
-        if (!grow((void **)&b->links, &caps[0], b->nlinks, sizeof(*b->links)))
-            return false;
-        b->links[b->nlinks++] = links[k];
-    }
-    s->link = s->ret_link = NULL;
-    if (!grow((void **)&b->ids, &caps[1], b->nids, sizeof(*b->ids)))
-        return true; /* the links still get closed; the id is just not reused */
-    b->ids[b->nids++] = s->id;
-    return true;
-}
-
 int np_attacher_release_pid(struct np_attacher *a, pid_t pid) {
-    struct close_batch *b = calloc(1, sizeof(*b));
-    size_t caps[3] = {0}; /* links, ids, fds */
+    struct np_close_batch *b = np_close_batch_new();
     int released = 0;
     for (size_t i = 0; i < a->nsites; i++) {
         struct np_probe_site *s = &a->sites[i];
@@ -274,7 +114,7 @@ int np_attacher_release_pid(struct np_attacher *a, pid_t pid) {
         bpf_map__update_elem(a->skel->maps.probe_cfg, &s->id, sizeof(s->id), &off, sizeof(off),
                              BPF_ANY);
         bpf_map__delete_elem(a->skel->maps.nccl_cfg, &s->id, sizeof(s->id), 0);
-        if (!b || !batch_site(b, s, caps)) { /* no memory: closed here, at once */
+        if (!b || !np_close_batch_add_site(b, s)) { /* no memory: closed here, at once */
             bpf_link__destroy(s->link);
             bpf_link__destroy(s->ret_link);
             s->link = s->ret_link = NULL;
@@ -287,20 +127,18 @@ int np_attacher_release_pid(struct np_attacher *a, pid_t pid) {
         if (a->multi_pids[i] != pid) {
             a->multi_fds[kept] = a->multi_fds[i];
             a->multi_pids[kept++] = a->multi_pids[i];
-        } else if (b && grow((void **)&b->fds, &caps[2], b->nfds, sizeof(*b->fds))) {
-            b->fds[b->nfds++] = a->multi_fds[i];
-        } else {
+        } else if (!b || !np_close_batch_add_fd(b, a->multi_fds[i])) {
             close(a->multi_fds[i]);
         }
     }
     a->nmulti = kept;
     if (b)
-        close_later(a, b);
+        np_closer_submit(&a->closer, b);
     return released;
 }
 
 void np_attacher_destroy(struct np_attacher *a) {
-    closer_free(a->closer);
+    np_closer_free(a->closer);
     np_attacher_detach_all(a);
     free(a->multi_fds);
     free(a->multi_pids);
@@ -316,7 +154,7 @@ const struct np_probe_site *np_attacher_site(const struct np_attacher *a, uint32
 }
 
 static struct np_probe_site *new_site(struct np_attacher *a) {
-    uint32_t id = reusable_id(a);
+    uint32_t id = np_closer_reusable_id(a->closer);
     if (id) { /* a released id: its counters start again from zero */
         struct np_probe_site *s = &a->sites[id - 1];
         memset(s, 0, sizeof(*s));

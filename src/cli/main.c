@@ -8,6 +8,7 @@
 #include "cli/record.h"
 #include "cli/report.h"
 #include "daemon/daemon.h"
+#include "lib/util.h"
 #include "writers/formats.h"
 
 #define NCCLPROBE_VERSION "0.1.0"
@@ -27,7 +28,7 @@ static void usage(FILE *f) {
         "Run 'ncclprobe record --help' (merge, report) for the options.\n");
 }
 
-int main(int argc, char **argv) {
+static int dispatch(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return 2;
@@ -59,4 +60,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ncclprobe: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 2;
+}
+
+/* The rule: a command that said "error:" exits non-zero, whatever path it
+ * took to its end. */
+int main(int argc, char **argv) {
+    int rc = dispatch(argc, argv);
+    return rc == 0 && np_log_errors() ? 1 : rc;
 }

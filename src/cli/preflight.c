@@ -20,6 +20,22 @@ const char *np_btf_path(char *buf, size_t size) {
     return buf;
 }
 
+/* Yama's ptrace_scope 3 refuses every attach-mode access, to root too:
+ * process_vm_readv (Python code objects), and holding a started command at
+ * its exit. Tracing still works; what needs those is said here, once. */
+static void warn_ptrace_scope(void) {
+    char *text = NULL;
+    size_t len = 0;
+    if (np_read_file("/proc/sys/kernel/yama/ptrace_scope", &text, &len) < 0)
+        return; /* no Yama */
+    long scope = strtol(text, NULL, 10);
+    free(text);
+    if (scope >= 3)
+        np_warn("kernel.yama.ptrace_scope is %ld: processes cannot be read, so Python frames "
+                "show as [python code 0x...] and a short-lived command may lose its symbols",
+                scope);
+}
+
 int np_preflight(void) {
     char path[4096];
 
@@ -43,5 +59,6 @@ int np_preflight(void) {
                path);
         return -EOPNOTSUPP;
     }
+    warn_ptrace_scope();
     return 0;
 }

@@ -109,7 +109,9 @@ static int inject_cupti(struct np_session *s) {
     return -ENOENT;
 }
 
-static int start_command(struct np_session *s) {
+/* Starts the command held before its exec and probes what it will map:
+ * its first launch is captured once release_command lets it run. */
+static int prepare_command(struct np_session *s) {
     int err = s->opt.inject_cupti ? inject_cupti(s) : 0;
     if (err)
         return err;
@@ -146,11 +148,16 @@ static int start_command(struct np_session *s) {
     if (terr)
         np_debug("cannot hold %s at its exit (%s): a very short run may lose its symbols",
                  s->child.path, strerror(-terr));
-    err = np_child_release(&s->child);
+    return 0;
+}
+
+static int release_command(struct np_session *s) {
+    int err = np_child_release(&s->child);
     if (err)
         return err;
+    struct np_target *t = np_session_find_target(s, s->child.pid);
     np_info("started %s (pid %d): %d probes attached before exec", s->child.path, s->child.pid,
-            np_target_probe_count(t));
+            t ? np_target_probe_count(t) : 0);
     return 0;
 }
 
@@ -308,6 +315,85 @@ static void session_destroy(struct np_session *s) {
     free(s->opt.output_dir);
 }
 
+/* The output directory is made once the targets are in hand, so a run that
+ * fails before tracing starts leaves none behind. This says early whether it
+ * can be made at all, before anything is attached or started: the missing
+ * directories are made, then removed again (what the file system refuses,
+ * /proc or a read-only mount, is only known by trying). */
+static int check_output_dir(const char *dir) {
+    char path[4096];
+    if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
+        return -ENAMETOOLONG;
+    size_t made[512], nmade = 0; /* ends of the path prefixes we created */
+    int err = 0;
+    size_t len = strlen(path);
+    for (size_t end = 1; end <= len && !err; end++) {
+        if (end < len && path[end] != '/')
+            continue;
+        char saved = path[end];
+        path[end] = '\0';
+        struct stat st;
+        if (stat(path, &st) == 0) {
+            if (!S_ISDIR(st.st_mode))
+                err = -ENOTDIR;
+            else if (end == len && access(path, W_OK | X_OK) < 0)
+                err = -errno;
+        } else if (errno != ENOENT) {
+            err = -errno;
+        } else if (nmade == NP_ARRAY_SIZE(made)) {
+            err = -ENAMETOOLONG;
+        } else if (mkdir(path, 0755) < 0) {
+            err = -errno;
+        } else {
+            made[nmade++] = end;
+        }
+        path[end] = saved;
+    }
+    while (nmade > 0) { /* innermost first */
+        path[made[--nmade]] = '\0';
+        rmdir(path);
+    }
+    return err;
+}
+
+static int open_output(struct np_session *s) {
+    int err = np_output_open(s->opt.output_dir, &s->out);
+    if (err) {
+        np_err("cannot write the output directory %s: %s", s->opt.output_dir, strerror(-err));
+        return err;
+    }
+    s->ingest.out = s->out;
+    if (s->opt.raw_dump && !(s->ingest.raw_dump = fopen(s->opt.raw_dump, "we"))) {
+        err = -errno;
+        np_err("cannot write --raw-dump %s: %s", s->opt.raw_dump, strerror(-err));
+    }
+    return err;
+}
+
+/* Ends the recording's files: the per-launch streams, the aggregates, then
+ * summary.json (which reports how the streams ended). */
+static int finish_output(struct np_session *s, int err) {
+    int ferr = np_output_finish(s->out);
+    if (s->skel && s->rb) {
+        int serr = write_summary(s);
+        if (serr)
+            np_err("cannot write summary.json: %s", strerror(-serr));
+    }
+    const struct np_output_totals *ot = np_output_totals(s->out);
+    if (ot->cut_error)
+        np_err("%s: the per-launch files were cut after %llu records (%llu not written): %s; "
+               "launches.folded, merged*.folded and summary.json are complete",
+               np_output_dir(s->out), (unsigned long long)ot->records_written,
+               (unsigned long long)ot->records_cut, strerror(-ot->cut_error));
+    else if (ferr && !err)
+        np_err("writing the outputs failed: %s", strerror(-ferr));
+    int cerr = np_output_close(s->out);
+    s->out = NULL;
+    if (!ferr && !cerr) /* made from the files just closed; a failure is said */
+        np_formats_write(s->opt.output_dir, s->opt.formats);
+    return err ? err : ferr ? ferr : cerr;
+}
+
 int np_cmd_record(int argc, char **argv) {
     struct np_session s = {.epfd = -1, .sigfd = -1, .child = {.release_fd = -1}};
     int err = np_record_parse_options(argc, argv, &s.opt);
@@ -321,7 +407,7 @@ int np_cmd_record(int argc, char **argv) {
         goto out;
     if (!s.opt.output_dir)
         s.opt.output_dir = np_default_output_dir();
-    err = s.opt.output_dir ? np_output_open(s.opt.output_dir, &s.out) : -ENOMEM;
+    err = s.opt.output_dir ? check_output_dir(s.opt.output_dir) : -ENOMEM;
     if (err) {
         np_err("cannot write the output directory %s: %s", s.opt.output_dir ? s.opt.output_dir : "",
                strerror(-err));
@@ -335,7 +421,6 @@ int np_cmd_record(int argc, char **argv) {
         goto out;
     s.ingest = (struct np_ingest){
         .attacher = &s.attacher,
-        .out = s.out,
         .find_target = np_session_find_target,
         .on_new_mapping = np_session_on_new_mapping,
         .ctx = &s,
@@ -346,43 +431,31 @@ int np_cmd_record(int argc, char **argv) {
     err = np_session_setup_gpu(&s);
     if (err)
         goto out;
-    if (s.opt.raw_dump && !(s.ingest.raw_dump = fopen(s.opt.raw_dump, "we"))) {
-        np_err("cannot write --raw-dump %s: %s", s.opt.raw_dump, strerror(errno));
-        err = -errno;
-        goto out;
-    }
     s.start_ns = np_monotonic_ns();
     s.start_realtime_ns = np_realtime_ns();
     for (size_t i = 0; !err && i < s.opt.npids; i++)
         err = attach_pid(&s, s.opt.pids[i]);
     if (!err && s.opt.command)
-        err = start_command(&s);
+        err = prepare_command(&s);
+    if (!err) /* tracing starts: from here on the recording exists */
+        err = open_output(&s);
+    if (!err && s.opt.command)
+        err = release_command(&s);
     if (!err)
         err = run_loop(&s);
-    if (s.skel && s.rb)
-        np_session_stop_and_drain(&s);
-    if (s.rb)
-        on_child_event(&s); /* a child held at its exit meanwhile: read it, let it go */
-    if (s.out)
+    if (s.out) { /* what is queued goes into the recording */
+        if (s.skel && s.rb)
+            np_session_stop_and_drain(&s);
+        if (s.rb)
+            on_child_event(&s); /* a child held at its exit meanwhile: read it, let it go */
         np_session_finish_gpu(&s);
+    }
     if (s.have_child && !s.child.reaped)
         kill(s.child.pid, SIGCONT); /* never leave it held at a library load */
 
 out:
-    if (s.out) {
-        if (s.skel && s.rb) {
-            int serr = write_summary(&s);
-            if (serr)
-                np_err("cannot write summary.json: %s", strerror(-serr));
-        }
-        int cerr = np_output_close(s.out);
-        if (cerr && !err) {
-            np_err("writing the outputs failed: %s", strerror(-cerr));
-            err = cerr;
-        }
-        if (!cerr) /* made from the files just closed; a failure is said, not fatal */
-            np_formats_write(s.opt.output_dir, s.opt.formats);
-    }
+    if (s.out)
+        err = finish_output(&s, err);
     if (s.have_child && s.child.reaped && WIFEXITED(s.child.status) && WEXITSTATUS(s.child.status))
         np_info("%s exited with status %d", s.opt.command[0], WEXITSTATUS(s.child.status));
     session_destroy(&s);

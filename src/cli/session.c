@@ -291,6 +291,8 @@ int np_session_setup_gpu(struct np_session *s) {
                                      .on_stats = gpu_on_stats,
                                      .on_close = gpu_on_close};
     int err = np_gpu_server_open(s->opt.cupti_socket, &sops, &s->gpu_server);
+    if (err == -EEXIST) /* something that is not a socket is there: said, and left alone */
+        return err;
     if (err) {
         np_warn("cannot listen for GPU records on %s: %s%s", s->opt.cupti_socket, strerror(-err),
                 err == -EADDRINUSE ? " (another ncclprobe listens there; use --cupti-socket)" : "");
@@ -321,8 +323,9 @@ static int load_bpf(struct np_session *s, bool with_multi) {
 
     s->skel = ncclprobe_bpf__open_opts(&open_opts);
     if (!s->skel) {
-        np_err("cannot open the BPF object: %s", strerror(errno));
-        return -errno;
+        int err = -errno;
+        np_err("cannot open the BPF object: %s", strerror(-err));
+        return err;
     }
     struct bpf_program *multi[] = {s->skel->progs.np_entry_multi, s->skel->progs.np_return_multi};
     for (size_t i = 0; i < NP_ARRAY_SIZE(multi); i++) {
@@ -347,6 +350,11 @@ static int load_bpf(struct np_session *s, bool with_multi) {
 
 int np_session_setup_bpf(struct np_session *s) {
     libbpf_set_print(libbpf_print);
+    long max_stack = np_perf_event_max_stack();
+    if (s->opt.unwind == UNWIND_FP && max_stack > 0 && max_stack < NP_MAX_STACK)
+        np_warn("kernel.perf_event_max_stack is %ld: frame-pointer stacks deeper than that are "
+                "cut (marked [truncated]); raise it to %d, or use --unwind dwarf",
+                max_stack, NP_MAX_STACK);
     bool multi = true;
     int err = load_bpf(s, true);
     if (err) {

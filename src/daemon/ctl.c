@@ -1,7 +1,10 @@
 /* ctl.c - the daemon's control socket (see ctl.h): the listening socket and
  * its clients, each a small state machine (reading its request line, then
  * writing its reply) driven by a private epoll set; the request parser; and
- * the client side used by `ncclprobe ctl`. */
+ * the client side used by `ncclprobe ctl`. The path itself (what may be
+ * replaced there, bind, mode 0600, unlinking), accepting with the peer's
+ * credentials and the idle clock are lib/unix_listener.c's, shared with the
+ * CUPTI socket. */
 #define _GNU_SOURCE
 #include "daemon/ctl.h"
 
@@ -16,11 +19,11 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "lib/unix_listener.h"
 #include "lib/util.h"
 
 #define ACCEPTS_PER_POLL 64
@@ -34,8 +37,7 @@ struct np_ctl_client {
     enum client_state state;
     pid_t pid;
     uid_t uid;
-    uint64_t connected_ns;
-    uint64_t progress_ns; /* last accepted byte in or out */
+    struct np_unix_clock clock; /* progress: the last byte in or out */
     size_t in_len;
     char in[NP_CTL_MAX_REQUEST + 1]; /* the line and its newline */
     char *out;
@@ -43,11 +45,8 @@ struct np_ctl_client {
 };
 
 struct np_ctl_server {
-    int listen_fd;
+    struct np_unix_listener listener; /* unlinks the socket file on close only if still ours */
     int epoll_fd;
-    char *path;
-    dev_t dev; /* the socket file we bound, unlinked on close only if still there */
-    ino_t ino;
     uid_t uid;
     struct np_ctl_ops ops;
     uint64_t timeout_ns;
@@ -245,7 +244,7 @@ static void flush_client(struct np_ctl_server *s, struct np_ctl_client *c) {
             send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             c->out_off += (size_t)n;
-            c->progress_ns = np_monotonic_ns();
+            np_unix_clock_progress(&c->clock, np_monotonic_ns());
             continue;
         }
         if (n < 0 && errno == EINTR)
@@ -332,7 +331,7 @@ static void read_client(struct np_ctl_server *s, struct np_ctl_client *c) {
         if (n > 0) {
             const char *nl = memchr(c->in + c->in_len, '\n', (size_t)n);
             c->in_len += (size_t)n;
-            c->progress_ns = np_monotonic_ns();
+            np_unix_clock_progress(&c->clock, np_monotonic_ns());
             if (nl) {
                 answer(s, c, (size_t)(nl - c->in));
                 return;
@@ -364,16 +363,9 @@ static void send_error_now(int fd, const char *message) {
     free(line);
 }
 
-static void new_client(struct np_ctl_server *s, int fd) {
-    struct ucred cred;
-    socklen_t cred_len = sizeof(cred);
+static void new_client(struct np_ctl_server *s, int fd, const struct np_unix_peer *cred) {
     struct np_ctl_client *c = NULL;
 
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) < 0) {
-        np_warn("ctl: SO_PEERCRED: %s", strerror(errno));
-        close(fd);
-        return;
-    }
     for (size_t i = 0; i < NP_CTL_MAX_CLIENTS; i++) {
         if (s->clients[i].state == CLIENT_FREE) {
             c = &s->clients[i];
@@ -381,7 +373,7 @@ static void new_client(struct np_ctl_server *s, int fd) {
         }
     }
     if (!c) {
-        np_debug("ctl: too many clients, refusing pid %d", (int)cred.pid);
+        np_debug("ctl: too many clients, refusing pid %d", (int)cred->pid);
         send_error_now(fd, "too many clients (at most 16 at once), try again");
         close(fd);
         return;
@@ -395,13 +387,13 @@ static void new_client(struct np_ctl_server *s, int fd) {
     memset(c, 0, sizeof(*c));
     c->fd = fd;
     c->state = CLIENT_READING;
-    c->pid = cred.pid;
-    c->uid = cred.uid;
-    c->connected_ns = c->progress_ns = np_monotonic_ns();
+    c->pid = cred->pid;
+    c->uid = cred->uid;
+    np_unix_clock_start(&c->clock, np_monotonic_ns());
     s->nclients++;
-    if (cred.uid != 0 && cred.uid != s->uid) {
-        np_warn("ctl: refused pid %d: uid %u is neither root nor the daemon's", (int)cred.pid,
-                (unsigned)cred.uid);
+    if (cred->uid != 0 && cred->uid != s->uid) {
+        np_warn("ctl: refused pid %d: uid %u is neither root nor the daemon's", (int)cred->pid,
+                (unsigned)cred->uid);
         queue_error(s, c, "permission denied");
     }
 }
@@ -409,23 +401,24 @@ static void new_client(struct np_ctl_server *s, int fd) {
 static void set_accepting(struct np_ctl_server *s, bool on) {
     struct epoll_event ev = {.events = on ? EPOLLIN : 0, .data.ptr = NULL};
 
-    if (epoll_ctl(s->epoll_fd, EPOLL_CTL_MOD, s->listen_fd, &ev) == 0)
+    if (epoll_ctl(s->epoll_fd, EPOLL_CTL_MOD, s->listener.fd, &ev) == 0)
         s->accept_paused = !on;
 }
 
 static void accept_clients(struct np_ctl_server *s) {
     for (int i = 0; i < ACCEPTS_PER_POLL; i++) {
-        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct np_unix_peer peer;
+        int fd = np_unix_accept(&s->listener, &peer);
         if (fd >= 0) {
-            new_client(s, fd);
+            new_client(s, fd, &peer);
             continue;
         }
-        if (errno == EINTR || errno == ECONNABORTED)
+        if (fd == -EINTR || fd == -ECONNABORTED)
             continue;
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        if (fd == -EMFILE || fd == -ENFILE || fd == -ENOBUFS || fd == -ENOMEM) {
             /* Level-triggered: a pending connection we cannot take would wake
              * the daemon in a loop. Listen again at the next tick. */
-            np_warn("ctl: accept: %s", strerror(errno));
+            np_warn("ctl: accept: %s", strerror(-fd));
             set_accepting(s, false);
         }
         return;
@@ -434,154 +427,56 @@ static void accept_clients(struct np_ctl_server *s) {
 
 /* ---- server ------------------------------------------------------------------- */
 
-static int fill_addr(const char *path, struct sockaddr_un *addr, socklen_t *len) {
-    size_t n = path ? strlen(path) : 0;
-
-    if (n == 0)
-        return -EINVAL;
-    if (n >= sizeof(addr->sun_path))
-        return -ENAMETOOLONG;
-    memset(addr, 0, sizeof(*addr));
-    addr->sun_family = AF_UNIX;
-    memcpy(addr->sun_path, path, n + 1);
-    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
-    return 0;
-}
-
-/* mkdir -p of the socket's directory; directories made here get 0755 whatever the umask. */
-static int make_parent(const char *path) {
-    char *dir = strdup(path);
-    int rc = 0;
-
-    if (!dir)
-        return -ENOMEM;
-    char *slash = strrchr(dir, '/');
-    if (slash && slash != dir) {
-        *slash = '\0';
-        for (char *p = dir + 1;; p++) {
-            if (*p != '/' && *p != '\0')
-                continue;
-            char saved = *p;
-            *p = '\0';
-            if (mkdir(dir, 0755) == 0) {
-                if (chmod(dir, 0755) < 0) {
-                    rc = -errno;
-                    break;
-                }
-            } else if (errno != EEXIST) {
-                rc = -errno;
-                break;
-            }
-            *p = saved;
-            if (!saved)
-                break;
-        }
-    }
-    free(dir);
-    return rc;
-}
-
-/* 0 when path is free (a stale socket there is removed), -EADDRINUSE when
- * a server answers there, -EEXIST when it is not a socket. */
-static int clear_stale(const char *path, const struct sockaddr_un *addr, socklen_t len) {
-    struct stat st;
-    int fd, rc;
-
-    if (lstat(path, &st) < 0)
-        return errno == ENOENT ? 0 : -errno;
-    if (!S_ISSOCK(st.st_mode))
-        return -EEXIST;
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    rc = connect(fd, (const struct sockaddr *)addr, len) == 0 ? 0 : -errno;
-    close(fd);
-    if (rc == 0 || rc == -EAGAIN || rc == -EINPROGRESS)
-        return -EADDRINUSE; /* EAGAIN: listening, its backlog full */
-    if (rc == -ENOENT)
-        return 0;
-    if (rc != -ECONNREFUSED)
-        return rc;
-    np_info("ctl: removing stale socket %s", path);
-    if (unlink(path) < 0 && errno != ENOENT)
-        return -errno;
-    return 0;
-}
+/* Root's (or the daemon user's) alone: 0600, in a directory anyone may
+ * traverse (a daemon under umask 077 still makes it 0755). */
+static const struct np_unix_listen_opts listen_opts = {
+    .dir_mode = 0755, .sock_mode = 0600, .backlog = LISTEN_BACKLOG};
 
 int np_ctl_server_open(const char *path, const struct np_ctl_ops *ops, struct np_ctl_server **out) {
     struct np_ctl_server *s;
-    struct sockaddr_un addr;
-    socklen_t addr_len;
-    struct stat st;
+    char why[512];
     int rc;
 
     *out = NULL;
-    rc = fill_addr(path, &addr, &addr_len);
-    if (rc < 0)
-        return rc;
     s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
-    s->listen_fd = s->epoll_fd = -1;
+    s->listener = (struct np_unix_listener)NP_UNIX_LISTENER_INIT;
+    s->epoll_fd = -1;
     for (size_t i = 0; i < NP_CTL_MAX_CLIENTS; i++)
         s->clients[i].fd = -1;
     s->uid = geteuid();
     s->timeout_ns = (uint64_t)NP_CTL_DEFAULT_TIMEOUT_MS * 1000000;
     if (ops)
         s->ops = *ops;
-    s->path = strdup(path);
-    if (!s->path) {
-        rc = -ENOMEM;
+    rc = np_unix_listen(path, &listen_opts, &s->listener, why, sizeof(why));
+    if (rc == -EEXIST) { /* the configured path names something else: said plainly */
+        np_err("control socket: %s", why);
         goto fail;
     }
-    rc = make_parent(path);
-    if (rc < 0)
-        goto fail;
-    rc = clear_stale(path, &addr, addr_len);
-    if (rc < 0)
-        goto fail;
-
-    s->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (s->listen_fd < 0) {
-        rc = -errno;
+    if (rc < 0) {
+        np_debug("control socket: %s", why);
         goto fail;
     }
-    mode_t old_mask = umask(0177);
-    rc = bind(s->listen_fd, (const struct sockaddr *)&addr, addr_len) < 0 ? -errno : 0;
-    umask(old_mask);
-    if (rc < 0)
-        goto fail; /* -EADDRINUSE too: someone bound it since we looked */
-    if (lstat(path, &st) < 0) {
-        rc = -errno;
-        goto fail;
-    }
-    s->dev = st.st_dev;
-    s->ino = st.st_ino;
-    if (chmod(path, 0600) < 0 || listen(s->listen_fd, LISTEN_BACKLOG) < 0) {
-        rc = -errno;
-        goto fail_unlink;
-    }
+    if (s->listener.replaced_stale)
+        np_info("ctl: removed the stale socket %s", path);
     s->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
     if (s->epoll_fd < 0) {
         rc = -errno;
-        goto fail_unlink;
+        goto fail;
     }
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
-    if (epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, s->listen_fd, &ev) < 0) {
+    if (epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, s->listener.fd, &ev) < 0) {
         rc = -errno;
-        goto fail_unlink;
+        goto fail;
     }
     *out = s;
     return 0;
 
-fail_unlink:
-    unlink(path);
 fail:
     if (s->epoll_fd >= 0)
         close(s->epoll_fd);
-    if (s->listen_fd >= 0)
-        close(s->listen_fd);
-    free(s->path);
+    np_unix_listener_close(&s->listener); /* nothing, or the file it bound */
     free(s);
     return rc;
 }
@@ -633,10 +528,8 @@ void np_ctl_server_tick(struct np_ctl_server *s, uint64_t now_ns) {
         struct np_ctl_client *c = &s->clients[i];
         if (c->state == CLIENT_FREE)
             continue;
-        bool idle = now_ns > c->progress_ns && now_ns - c->progress_ns > s->timeout_ns;
-        bool old = now_ns > c->connected_ns &&
-                   now_ns - c->connected_ns > s->timeout_ns * NP_CTL_LIFETIME_TIMEOUTS;
-        if (!idle && !old)
+        if (!np_unix_clock_expired(&c->clock, now_ns, s->timeout_ns,
+                                   s->timeout_ns * NP_CTL_LIFETIME_TIMEOUTS))
             continue;
         np_debug("ctl: dropping pid %d: %s", (int)c->pid,
                  c->state == CLIENT_READING ? "no request in time" : "reply not taken in time");
@@ -647,18 +540,13 @@ void np_ctl_server_tick(struct np_ctl_server *s, uint64_t now_ns) {
 }
 
 void np_ctl_server_close(struct np_ctl_server *s) {
-    struct stat st;
-
     if (!s)
         return;
     for (size_t i = 0; i < NP_CTL_MAX_CLIENTS; i++)
         drop_client(s, &s->clients[i]);
     close(s->epoll_fd);
-    close(s->listen_fd);
     /* Not a socket someone else (a newer daemon) has put there since. */
-    if (lstat(s->path, &st) == 0 && st.st_dev == s->dev && st.st_ino == s->ino)
-        unlink(s->path);
-    free(s->path);
+    np_unix_listener_close(&s->listener);
     free(s);
 }
 
@@ -753,7 +641,7 @@ int np_ctl_request_send(const char *path, const char *line, int timeout_ms, char
     *reply = NULL;
     if (!line || timeout_ms <= 0)
         return -EINVAL;
-    rc = fill_addr(path, &addr, &addr_len);
+    rc = np_unix_addr(path, &addr, &addr_len);
     if (rc < 0)
         return rc;
     uint64_t deadline = np_monotonic_ns() + (uint64_t)timeout_ms * 1000000;

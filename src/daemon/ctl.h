@@ -49,10 +49,11 @@ struct np_ctl_ops {
 
 struct np_ctl_server;
 
-/* Listens on `path` (mode 0600; its parent directory is created, 0755, when
- * missing). A stale socket file (nobody listening) is replaced. Returns 0,
- * -EADDRINUSE when a server is listening there already, -EEXIST when the
- * path is something other than a socket, -ENAMETOOLONG, or -errno. */
+/* Listens on `path` (lib/unix_listener.h; mode 0600; missing directories
+ * are created 0755). A stale socket file (nobody listening) is replaced.
+ * Returns 0, -EADDRINUSE when a server is listening there already, -EEXIST
+ * when the path is something other than a socket (left untouched, and said
+ * as an error), -EINVAL / -ENAMETOOLONG, or -errno. */
 int np_ctl_server_open(const char *path, const struct np_ctl_ops *ops, struct np_ctl_server **out);
 /* One fd (an epoll fd of the server's own) for the daemon's epoll:
  * readable means np_ctl_server_poll has work. */

@@ -107,8 +107,9 @@ struct daemon {
     /* what status reports */
     uint64_t start_mono, attached, detached, skipped_by_filter, cache_resets, sets_written;
     uint64_t missed;     /* processes gone before they could be attached */
-    unsigned converters; /* child processes making sets' derived outputs */
-    char **to_convert;   /* written sets waiting for a converter */
+    pid_t converters[2]; /* child processes making sets' derived outputs (MAX_CONVERTERS) */
+    unsigned nconverters;
+    char **to_convert; /* written sets waiting for a converter */
     size_t nto_convert;
     double delays_ms[NDELAYS];
     size_t ndelays;
@@ -189,14 +190,14 @@ static void close_set(struct daemon *d, struct dproc *p) {
  * in child processes at low priority (MAX_CONVERTERS at once, the others
  * queued), so the reader never stalls and the work does not count against
  * our CPU budget; inline if fork fails. */
-#define MAX_CONVERTERS 2
+#define MAX_CONVERTERS NP_ARRAY_SIZE(((struct daemon *)0)->converters)
 
 /* The converter is `ncclprobe convert`, exec'd: a fresh process, so none of
  * our descriptors (probe links, sockets), locks or threads come along. */
 static void run_converter(struct daemon *d, const char *dir) {
     char formats[64];
     np_formats_name(d->cfg.formats, formats, sizeof(formats));
-    pid_t pid = fork();
+    pid_t pid = d->nconverters < MAX_CONVERTERS ? fork() : -1;
     if (pid == 0) {
         sigset_t all;
         sigfillset(&all);
@@ -208,17 +209,18 @@ static void run_converter(struct daemon *d, const char *dir) {
         _exit(127);
     }
     if (pid > 0) {
-        d->converters++;
+        d->converters[d->nconverters++] = pid;
         return;
     }
-    np_debug("fork: %s: converting %s here", strerror(errno), dir);
+    np_debug("no converter process (%s): converting %s here",
+             d->nconverters < MAX_CONVERTERS ? strerror(errno) : "as many as allowed run", dir);
     np_formats_write(dir, d->cfg.formats);
 }
 
 static void convert_set(struct daemon *d, const char *dir) {
     if (!d->cfg.formats)
         return;
-    if (d->converters < MAX_CONVERTERS) {
+    if (d->nconverters < MAX_CONVERTERS) {
         run_converter(d, dir);
         return;
     }
@@ -240,13 +242,27 @@ static void start_queued_converter(struct daemon *d) {
     free(dir);
 }
 
+/* Waits for our converters only, by pid: a child the daemon did not start
+ * (one inherited across exec, the discovery helper) is not counted as one. */
+static unsigned reap_finished_converters(struct daemon *d) {
+    unsigned reaped = 0;
+    for (unsigned i = 0; i < d->nconverters;) {
+        pid_t r = waitpid(d->converters[i], NULL, WNOHANG);
+        if (r == 0 || (r < 0 && errno == EINTR)) {
+            i++;
+            continue;
+        }
+        d->converters[i] = d->converters[--d->nconverters]; /* exited, or not ours (ECHILD) */
+        reaped++;
+    }
+    return reaped;
+}
+
 /* Converters that finished, and queued sets started in their place. */
 static void reap_converters(struct daemon *d) {
-    while (d->converters > 0 && waitpid(-1, NULL, WNOHANG) > 0) {
-        d->converters--;
-        d->last_retain_ns = 0; /* the set grew: retention runs on the next tick */
-    }
-    while (d->nto_convert && d->converters < MAX_CONVERTERS)
+    if (reap_finished_converters(d))
+        d->last_retain_ns = 0; /* the sets grew: retention runs on the next tick */
+    while (d->nto_convert && d->nconverters < MAX_CONVERTERS)
         start_queued_converter(d);
 }
 
@@ -257,14 +273,11 @@ static void finish_converters(struct daemon *d) {
     while (d->nto_convert)
         start_queued_converter(d);
     uint64_t until = np_monotonic_ns() + CONVERTERS_EXIT_WAIT_NS;
-    while (d->converters > 0 && np_monotonic_ns() < until) {
-        if (waitpid(-1, NULL, WNOHANG) > 0)
-            d->converters--;
-        else
+    while (d->nconverters > 0 && np_monotonic_ns() < until)
+        if (!reap_finished_converters(d))
             usleep(20000);
-    }
-    if (d->converters)
-        np_warn("%u converters still running: they finish on their own", d->converters);
+    if (d->nconverters)
+        np_warn("%u converters still running: they finish on their own", d->nconverters);
 }
 
 static void finish_set(struct daemon *d, struct np_outset *set) {
@@ -774,6 +787,7 @@ static void status_json(struct daemon *d, cJSON *r) {
     cJSON_AddNumberToObject(disc, "skipped_by_filter", (double)d->skipped_by_filter);
     cJSON_AddNumberToObject(disc, "missed_exited", (double)d->missed);
     cJSON_AddNumberToObject(disc, "lost_notifications", (double)np_discover_lost(d->disc));
+    cJSON_AddStringToObject(disc, "mode", np_discover_mode(d->disc));
 }
 
 /* The directories of the sets now closing (what stop/snapshot produced). */
@@ -932,7 +946,9 @@ static void apply_log_level(const struct daemon *d, bool verbose) {
     np_log_set_level(verbose ? NP_LOG_DEBUG : d->cfg.log_level);
 }
 
-static int load_config(struct daemon *d, struct np_daemon_config *cfg) {
+/* At start a bad file is fatal (an error); on reload the old configuration
+ * stays in force, so the same message is a warning. */
+static int load_config(struct daemon *d, struct np_daemon_config *cfg, bool at_start) {
     char err[1024];
     int rc = np_config_defaults(cfg);
     if (rc)
@@ -941,7 +957,7 @@ static int load_config(struct daemon *d, struct np_daemon_config *cfg) {
     if (rc == -ENOENT && !d->config_given)
         rc = 0; /* no configuration file: the defaults */
     else if (rc)
-        np_err("%s", err);
+        np_log(at_start ? NP_LOG_ERROR : NP_LOG_WARN, "%s", err);
     if (!rc && d->output_dir_arg) {
         char *dir = strdup(d->output_dir_arg);
         if (!dir)
@@ -960,9 +976,9 @@ static bool same_text(const char *a, const char *b) {
  * (sockets, the output directory, BPF sizes) changes at the next restart. */
 static void reload(struct daemon *d, bool verbose) {
     struct np_daemon_config next = {0};
-    if (load_config(d, &next) < 0) {
+    if (load_config(d, &next, false) < 0) {
         np_config_free(&next);
-        np_err("configuration not reloaded: the old one stays in force");
+        np_warn("configuration not reloaded: the old one stays in force");
         return;
     }
     struct np_daemon_config *old = &d->cfg;
@@ -1261,7 +1277,7 @@ int np_cmd_daemon(int argc, char **argv) {
     bool verbose = false;
     int err = parse_args(argc, argv, d, &verbose);
     if (!err)
-        err = load_config(d, &d->cfg);
+        err = load_config(d, &d->cfg, true);
     if (err) {
         np_config_free(&d->cfg);
         free(d);

@@ -23,6 +23,8 @@ int np_discover_fd(const struct np_discover *d);
 int np_discover_poll(struct np_discover *d);
 /* Notifications lost to a full ring buffer (the daemon rescans /proc then). */
 uint64_t np_discover_lost(const struct np_discover *d);
+/* How the programs are attached: "tp_btf" (no tracefs needed) or "tracefs". */
+const char *np_discover_mode(const struct np_discover *d);
 void np_discover_close(struct np_discover *d);
 
 #endif

@@ -111,6 +111,8 @@ static int write_window_json(const struct np_outset *s, const struct np_output_t
     np_json_add_u64(tot, "events_dropped", s->drops);
     np_json_add_u64(tot, "rate_limited", s->rate_limited);
     np_json_add_u64(tot, "write_errors", t->write_errors);
+    cJSON_AddBoolToObject(tot, "per_launch_complete", t->cut_error == 0);
+    np_json_add_u64(tot, "records_cut", t->records_cut);
     char path[4200];
     snprintf(path, sizeof(path), "%s/window.json", s->dir);
     return np_json_write_file(path, root);
@@ -119,8 +121,10 @@ static int write_window_json(const struct np_outset *s, const struct np_output_t
 int np_outset_finish(struct np_outset *s, uint64_t *launches) {
     if (!s->end_realtime_ns)
         s->end_realtime_ns = np_realtime_ns();
+    int err = np_output_finish(s->out);
     struct np_output_totals totals = *np_output_totals(s->out);
-    int err = np_output_close(s->out);
+    int cerr = np_output_close(s->out);
+    err = err ? err : cerr;
     int jerr = write_window_json(s, &totals);
     if (launches)
         *launches = totals.launches;

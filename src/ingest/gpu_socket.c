@@ -3,21 +3,22 @@
  * frame's size (at most NP_WIRE_MAX_FRAME) when one needs it; a frame is
  * checked whole before any of its records is used. At most 256 connections
  * at once, and one that says nothing for 5 s is closed: an idle or hostile
- * local user cannot make the daemon hold much memory. */
+ * local user cannot make the daemon hold much memory. The path itself (what
+ * may be replaced there, bind, mode 0666, unlinking) and accepting with the
+ * peer's credentials are lib/unix_listener.c's, shared with the control
+ * socket. */
 #define _GNU_SOURCE
 #include "ingest/gpu_socket.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
+#include "lib/unix_listener.h"
 #include "lib/util.h"
 
 #define MAX_CLIENTS 256                 /* connections at once; well below the fd limit */
@@ -26,9 +27,9 @@
 
 struct client {
     int fd;
-    uint64_t accepted_ns;
-    pid_t pid;    /* the peer, as the kernel says (our pid namespace) */
-    pid_t ns_pid; /* the same process in its own pid namespace */
+    struct np_unix_clock clock; /* from the accept */
+    pid_t pid;                  /* the peer, as the kernel says (our pid namespace) */
+    pid_t ns_pid;               /* the same process in its own pid namespace */
     bool hello_ok;
     uint8_t *buf;
     size_t len, cap;
@@ -36,8 +37,8 @@ struct client {
 };
 
 struct np_gpu_server {
-    int listen_fd, epfd;
-    char path[108];
+    struct np_unix_listener listener;
+    int epfd;
     struct np_gpu_server_ops ops;
     struct client *clients;
     size_t nclients;
@@ -56,65 +57,34 @@ const char *np_reject_reason_name(enum np_reject_reason r) {
     return r < NP_REJECT_MAX ? reject_names[r] : "?";
 }
 
-static int make_parent_dir(const char *path) {
-    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash || slash == dir)
-        return 0;
-    *slash = '\0';
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-        return -errno;
-    return 0;
-}
-
-/* A socket file nobody listens on is left over from a crash: replace it. */
-static int claim_path(const char *path) {
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
-    int live = connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0;
-    close(fd);
-    if (live)
-        return -EADDRINUSE;
-    if (unlink(path) < 0 && errno != ENOENT)
-        return -errno;
-    return 0;
-}
+/* Any user's processes connect (mode 0666, a directory they can reach):
+ * who they are is checked per peer. */
+static const struct np_unix_listen_opts listen_opts = {
+    .dir_mode = 0755, .sock_mode = 0666, .backlog = 64};
 
 int np_gpu_server_open(const char *path, const struct np_gpu_server_ops *ops,
                        struct np_gpu_server **out) {
-    if (strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path))
-        return -ENAMETOOLONG;
+    char why[512];
     struct np_gpu_server *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
-    s->listen_fd = s->epfd = -1;
+    s->listener = (struct np_unix_listener)NP_UNIX_LISTENER_INIT;
+    s->epfd = -1;
     s->ops = *ops;
-    snprintf(s->path, sizeof(s->path), "%s", path);
-    int err = make_parent_dir(path);
-    if (!err)
-        err = claim_path(path);
-    if (!err && (s->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
-        err = -errno;
-    struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
-    if (!err && bind(s->listen_fd, (struct sockaddr *)&addr, sizeof(addr)) < 0)
-        err = -errno;
-    if (!err && (chmod(path, 0666) < 0 || listen(s->listen_fd, 64) < 0))
-        err = -errno;
+    int err = np_unix_listen(path, &listen_opts, &s->listener, why, sizeof(why));
+    if (err == -EEXIST) /* the user's path names something of theirs: said as an error */
+        np_err("CUPTI socket: %s", why);
+    else if (err)
+        np_debug("CUPTI socket: %s", why);
+    else if (s->listener.replaced_stale)
+        np_debug("CUPTI socket: replaced the stale socket %s", path);
     if (!err && (s->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
         err = -errno;
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
-    if (!err && epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev) < 0)
+    if (!err && epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listener.fd, &ev) < 0)
         err = -errno;
     if (err) {
-        if (s->listen_fd >= 0)
-            unlink(path);
-        s->path[0] = '\0';
-        np_gpu_server_close(s);
+        np_gpu_server_close(s); /* the socket file, if bound, goes with it */
         return err;
     }
     *out = s;
@@ -178,7 +148,10 @@ static void reject(struct np_gpu_server *s, struct client *c, enum np_reject_rea
 
 static void accept_clients(struct np_gpu_server *s) {
     for (;;) {
-        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        struct np_unix_peer peer;
+        int fd = np_unix_accept(&s->listener, &peer);
+        if (fd == -ECONNABORTED)
+            continue; /* that one is closed: the next */
         if (fd < 0)
             return;
         if (s->nclients >= MAX_CLIENTS) {
@@ -187,14 +160,11 @@ static void accept_clients(struct np_gpu_server *s) {
             close(fd);
             continue;
         }
-        struct ucred cred;
-        socklen_t len = sizeof(cred);
         struct client *c = calloc(1, sizeof(*c));
         if (c && (c->buf = malloc(FIRST_BUFFER)))
             c->cap = FIRST_BUFFER;
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-        if (!c || !c->buf || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
-            epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+        if (!c || !c->buf || epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
             if (c)
                 free(c->buf);
             free(c);
@@ -202,10 +172,10 @@ static void accept_clients(struct np_gpu_server *s) {
             continue;
         }
         c->fd = fd;
-        c->accepted_ns = np_monotonic_ns();
+        np_unix_clock_start(&c->clock, np_monotonic_ns());
         s->nclients++;
-        c->pid = cred.pid;
-        c->ns_pid = namespace_pid(cred.pid);
+        c->pid = peer.pid;
+        c->ns_pid = namespace_pid(peer.pid);
         c->next = s->clients;
         s->clients = c;
     }
@@ -366,7 +336,7 @@ void np_gpu_server_poll(struct np_gpu_server *s) {
 void np_gpu_server_tick(struct np_gpu_server *s, uint64_t now) {
     for (struct client *c = s->clients, *next; c; c = next) {
         next = c->next;
-        if (!c->hello_ok && now - c->accepted_ns >= HELLO_DEADLINE_NS)
+        if (!c->hello_ok && np_unix_clock_expired(&c->clock, now, 0, HELLO_DEADLINE_NS))
             reject(s, c, NP_REJECT_NO_HELLO);
     }
 }
@@ -376,11 +346,8 @@ void np_gpu_server_close(struct np_gpu_server *s) {
         return;
     while (s->clients)
         drop_client(s, s->clients);
-    if (s->listen_fd >= 0)
-        close(s->listen_fd);
     if (s->epfd >= 0)
         close(s->epfd);
-    if (s->path[0])
-        unlink(s->path);
+    np_unix_listener_close(&s->listener); /* unlinks the socket file if still ours */
     free(s);
 }

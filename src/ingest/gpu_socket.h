@@ -47,9 +47,11 @@ struct np_gpu_server_ops {
 
 struct np_gpu_server;
 
-/* Listens on path (its directory is created 0755; a stale socket file is
- * replaced, a live one - another ncclprobe - is -EADDRINUSE). The socket is
- * 0666: traced programs run as any user; who they are is checked per peer. */
+/* Listens on path (lib/unix_listener.h): missing directories are created
+ * 0755; a stale socket file is replaced, a live one - another ncclprobe - is
+ * -EADDRINUSE; anything that is not a socket is -EEXIST, left untouched and
+ * said as an error (the path is the user's). The socket is 0666: traced
+ * programs run as any user; who they are is checked per peer. */
 int np_gpu_server_open(const char *path, const struct np_gpu_server_ops *ops,
                        struct np_gpu_server **out);
 /* One fd to poll for everything the server waits on. */

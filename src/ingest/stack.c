@@ -348,6 +348,18 @@ static void count_unwind(struct np_unwind_stats *st, const struct np_unwind_resu
         st->max_bytes_needed = r->bytes_used;
 }
 
+/* The most user frames bpf_get_stack returns: kernel.perf_event_max_stack,
+ * which a host may have lowered below our own cap. A stack of that many
+ * frames was cut. */
+static uint32_t fp_frame_limit(void) {
+    static uint32_t limit;
+    if (!limit) {
+        long v = np_perf_event_max_stack();
+        limit = v > 0 && v < NP_MAX_STACK ? (uint32_t)v : NP_MAX_STACK;
+    }
+    return limit;
+}
+
 void np_ingest_build_stack(struct np_ingest *ing, struct np_target *t,
                            const struct np_launch_event *e, const char *entry_name,
                            struct np_stack_texts *out) {
@@ -372,7 +384,7 @@ void np_ingest_build_stack(struct np_ingest *ing, struct np_target *t,
             pcs[m++] = ips[i];
         in.pcs = pcs;
         in.n = m;
-        in.root_marker = n == NP_MAX_STACK ? "[truncated]" : NULL;
+        in.root_marker = n >= fp_frame_limit() ? "[truncated]" : NULL;
         write_stack_cached(ing, t, &in, out);
         return;
     }

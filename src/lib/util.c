@@ -13,15 +13,20 @@
 #include <unistd.h>
 
 static enum np_log_level log_level = NP_LOG_INFO;
+static unsigned log_errors; /* "error:" lines printed: main() exits non-zero then */
 
 void np_log_set_level(enum np_log_level level) {
     log_level = level;
 }
 
+/* Leaves errno as it was: callers say what failed, then return -errno. */
 void np_log(enum np_log_level level, const char *fmt, ...) {
     static const char *const prefix[] = {"error: ", "warning: ", "", "debug: "};
     va_list ap;
+    int saved_errno = errno;
 
+    if (level == NP_LOG_ERROR)
+        log_errors++;
     if (level > log_level)
         return;
     fprintf(stderr, "ncclprobe: %s", prefix[level]);
@@ -29,6 +34,22 @@ void np_log(enum np_log_level level, const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
+    errno = saved_errno;
+}
+
+unsigned np_log_errors(void) {
+    return log_errors;
+}
+
+long np_perf_event_max_stack(void) {
+    char *text = NULL;
+    size_t len = 0;
+    int err = np_read_file("/proc/sys/kernel/perf_event_max_stack", &text, &len);
+    if (err)
+        return err;
+    long v = strtol(text, NULL, 10);
+    free(text);
+    return v > 0 ? v : -EINVAL;
 }
 
 void np_str_init(struct np_str *s) {

@@ -15,7 +15,14 @@
 enum np_log_level { NP_LOG_ERROR = 0, NP_LOG_WARN, NP_LOG_INFO, NP_LOG_DEBUG };
 
 void np_log_set_level(enum np_log_level level);
+/* Prints "ncclprobe: [error: |warning: ]..." to stderr; errno is left as it was. */
 void np_log(enum np_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* How many errors were logged (printed or not): a command that logged one
+ * exits non-zero (main.c), the rule the manual states. */
+unsigned np_log_errors(void);
+
+/* kernel.perf_event_max_stack (frames bpf_get_stack returns at most), or -errno. */
+long np_perf_event_max_stack(void);
 #define np_err(...) np_log(NP_LOG_ERROR, __VA_ARGS__)
 #define np_warn(...) np_log(NP_LOG_WARN, __VA_ARGS__)
 #define np_info(...) np_log(NP_LOG_INFO, __VA_ARGS__)

@@ -1,24 +1,49 @@
-/* output.c - per-launch writers of a recording directory (see output.h). */
+/* output.c - per-launch writers of a recording directory (see output.h).
+ *
+ * A full disk must not cost the small files a user wants most: the
+ * aggregates (launches.folded, merged*.folded) are written at the end, and
+ * summary.json after them. So room for them is held from the start in a
+ * reserve file (RESERVE_NAME), grown ahead of the aggregates' size as new
+ * stacks appear and deleted just before they are written. The per-launch
+ * streams go through np_recfile: when one is cut at a record boundary, all
+ * are, together, and the totals say how many records were not written. */
 #define _GNU_SOURCE
 #include "writers/output.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ingest/ingest.h"
+#include "lib/recfile.h"
 #include "lib/util.h"
 #include "writers/json.h"
 
+#define RESERVE_NAME ".ncclprobe-reserve"
+#define RESERVE_BASE (128u << 10) /* summary.json and the files' overhead */
+
+enum stream { EXT_FOLDED, LAUNCHES_JSONL, NCCL_JSONL, STACKS_JSONL, GPU_UNMATCHED, NSTREAMS };
+
+static const char *const stream_names[NSTREAMS] = {
+    "stacks.ext.folded", "launches.jsonl", "nccl.jsonl", "stacks.jsonl", "gpu_unmatched.jsonl",
+};
+
 struct np_output {
     char *dir;
-    FILE *ext_folded, *launches_jsonl, *nccl_jsonl, *stacks_jsonl;
-    bool aggregate_only; /* NP_OUTPUT_AGGREGATE: the stream files above stay NULL */
-    FILE *gpu_unmatched; /* opened with the first GPU record no launch claimed */
+    /* NULL when not written: aggregate-only sets, gpu_unmatched until its first record */
+    struct np_recfile *streams[NSTREAMS];
+    bool aggregate_only; /* NP_OUTPUT_AGGREGATE */
     bool gpu_unmatched_failed;
+    int reserve_fd;              /* RESERVE_NAME, -1 when none could be made */
+    uint64_t reserved;           /* its size */
+    uint64_t agg_bytes;          /* what the aggregate files will take, as far as known */
+    int cut_error;               /* what cut the streams (all of them), 0 if whole */
+    bool finished;               /* np_output_finish ran: the streams are closed */
     struct np_map folded_counts; /* "stack_id;kernel" -> (uintptr_t) count */
     struct np_map kernel_counts; /* kernel name -> (uintptr_t) count */
     struct np_map merged_counts; /* "stack_id;leaf" -> (uintptr_t) count (merged.folded) */
@@ -57,6 +82,89 @@ static FILE *open_in(const char *dir, const char *name, int *err) {
     return f;
 }
 
+static struct np_recfile *open_stream(const char *dir, enum stream which, int *err) {
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/%s", dir, stream_names[which]);
+    struct np_recfile *f = NULL;
+    int rc = np_recfile_open(path, &f);
+    if (rc && !*err)
+        *err = rc;
+    return f;
+}
+
+/* ---- the reserve ----------------------------------------------------------- */
+
+/* Holds `size` bytes of the file system for the aggregates. */
+static int reserve_grow(struct np_output *o, uint64_t size) {
+    if (o->reserve_fd < 0 || size <= o->reserved)
+        return 0;
+    int rc = posix_fallocate(o->reserve_fd, 0, (off_t)size);
+    if (rc == EOPNOTSUPP || rc == EINVAL) { /* a file system without fallocate */
+        static const char zeros[4096];
+        rc = 0;
+        for (uint64_t at = o->reserved; !rc && at < size; at += sizeof(zeros))
+            if (pwrite(o->reserve_fd, zeros, sizeof(zeros), (off_t)at) != sizeof(zeros))
+                rc = errno ? errno : ENOSPC;
+    }
+    if (rc)
+        return -rc;
+    o->reserved = size;
+    return 0;
+}
+
+static void reserve_open(struct np_output *o) {
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/" RESERVE_NAME, o->dir);
+    o->reserve_fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (o->reserve_fd >= 0 && reserve_grow(o, RESERVE_BASE) < 0)
+        np_debug("%s: cannot reserve room for the aggregates", path);
+}
+
+static void reserve_release(struct np_output *o) {
+    if (o->reserve_fd < 0)
+        return;
+    close(o->reserve_fd);
+    o->reserve_fd = -1;
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/" RESERVE_NAME, o->dir);
+    unlink(path);
+}
+
+/* ---- the streams ----------------------------------------------------------- */
+
+/* Once one stream is cut, every stream is: the files of a recording end
+ * together, and stacks.jsonl never misses a stack the others refer to. */
+static void cut_all(struct np_output *o, int err) {
+    if (!o->cut_error) {
+        o->cut_error = err;
+        np_warn("%s: %s: the per-launch files end here, at a record boundary; the aggregates "
+                "and summary.json are still written",
+                o->dir, strerror(-err));
+    }
+    for (int i = 0; i < NSTREAMS; i++)
+        if (o->streams[i])
+            np_recfile_cut(o->streams[i], err);
+}
+
+static void check_cut(struct np_output *o, struct np_recfile *f) {
+    if (!o->cut_error && np_recfile_is_cut(f))
+        cut_all(o, np_recfile_error(f));
+}
+
+/* The aggregates grew by `bytes`: the reserve stays ahead of them, twice
+ * their size; when it cannot grow, the disk is full and the streams end. */
+static void aggregates_grew(struct np_output *o, uint64_t bytes) {
+    o->agg_bytes += bytes;
+    uint64_t want = RESERVE_BASE + o->agg_bytes;
+    if (o->reserve_fd < 0 || want <= o->reserved)
+        return;
+    int err = reserve_grow(o, RESERVE_BASE + 2 * o->agg_bytes);
+    if (err && o->aggregate_only)
+        np_debug("%s: cannot grow the reserve: %s", o->dir, strerror(-err));
+    else if (err)
+        cut_all(o, err);
+}
+
 int np_output_open(const char *dir, struct np_output **out) {
     return np_output_open_flags(dir, 0, out);
 }
@@ -68,6 +176,7 @@ int np_output_open_flags(const char *dir, unsigned flags, struct np_output **out
     struct np_output *o = calloc(1, sizeof(*o));
     if (!o)
         return -ENOMEM;
+    o->reserve_fd = -1;
     o->dir = strdup(dir);
     np_map_init(&o->folded_counts);
     np_map_init(&o->kernel_counts);
@@ -78,14 +187,14 @@ int np_output_open_flags(const char *dir, unsigned flags, struct np_output **out
     np_str_init(&o->ext);
     o->next_stack_id = 1;
     o->aggregate_only = flags & NP_OUTPUT_AGGREGATE;
-    if (!o->aggregate_only) {
-        o->ext_folded = open_in(dir, "stacks.ext.folded", &err);
-        o->launches_jsonl = open_in(dir, "launches.jsonl", &err);
-        o->nccl_jsonl = open_in(dir, "nccl.jsonl", &err);
-        o->stacks_jsonl = open_in(dir, "stacks.jsonl", &err);
-    }
+    if (!o->aggregate_only)
+        for (int i = 0; i < NSTREAMS; i++)
+            if (i != GPU_UNMATCHED)
+                o->streams[i] = open_stream(dir, (enum stream)i, &err);
     if (!err && !o->dir)
         err = -ENOMEM;
+    if (!err && !o->aggregate_only)
+        reserve_open(o);
     if (err) {
         np_output_close(o);
         return err;
@@ -106,21 +215,32 @@ static void note_error(struct np_output *o, int err) {
         o->first_error = err;
 }
 
-static void write_line(struct np_output *o, FILE *f, const struct np_str *line) {
+static void write_line(struct np_output *o, enum stream which, const struct np_str *line) {
+    struct np_recfile *f = o->streams[which];
     if (!f) /* a stream this output does not write (aggregate only) */
         return;
     if (line->failed) {
         note_error(o, -ENOMEM);
         return;
     }
-    if (fwrite(line->buf, 1, line->len, f) != line->len)
-        note_error(o, -errno);
+    np_recfile_append(f, line->buf, line->len);
+    if (which == STACKS_JSONL) /* on disk before any line that refers to it */
+        np_recfile_flush(f);
+    check_cut(o, f);
+}
+
+/* The length of the stack text of an aggregate key "ID;LEAF". */
+static size_t key_stack_len(const struct np_output *o, const char *key) {
+    uint64_t id = strtoull(key, NULL, 10);
+    return id >= 1 && id < o->next_stack_id ? strlen(o->stacks[id - 1]) : 20;
 }
 
 static void add_to(struct np_output *o, struct np_map *m, const char *key, uint64_t n) {
     uintptr_t v = (uintptr_t)np_map_get_str(m, key);
     if (np_map_put_str(m, key, (void *)(v + (uintptr_t)n)) < 0)
         note_error(o, -ENOMEM);
+    else if (!v && n) /* a new line of an aggregate file: stack;leaf count */
+        aggregates_grew(o, key_stack_len(o, key) + strlen(key) + 24);
 }
 
 static void bump(struct np_output *o, struct np_map *m, const char *key) {
@@ -167,7 +287,7 @@ static uint64_t stack_id(struct np_output *o, const struct np_stack_texts *texts
     np_str_append(&line, "],\"locations\":[");
     np_str_append(&line, np_str_cstr(&texts->locations));
     np_str_append(&line, "]}\n");
-    write_line(o, o->stacks_jsonl, &line);
+    write_line(o, STACKS_JSONL, &line);
     np_str_free(&line);
     return id;
 }
@@ -275,7 +395,7 @@ uint64_t np_output_launch(struct np_output *o, const struct np_launch *l,
     render_launch_json(s, l, kernel, sid);
     if (!held_json) {
         np_str_append(s, "}\n");
-        write_line(o, o->launches_jsonl, s);
+        write_line(o, LAUNCHES_JSONL, s);
     }
     if (l->nested) {
         o->totals.nested++;
@@ -310,7 +430,7 @@ uint64_t np_output_launch(struct np_output *o, const struct np_launch *l,
                    l->ev->hdr.pid, l->ev->hdr.tid, l->ev->cpu);
     np_str_append_n(line, s->buf, s->len); /* long: copied, not formatted */
     np_str_append_n(line, "\n", 1);
-    write_line(o, o->ext_folded, line);
+    write_line(o, EXT_FOLDED, line);
     return sid;
 }
 
@@ -375,7 +495,7 @@ void np_output_gpu_launch(struct np_output *o, const struct np_gpu_launch *gl,
         gpu_record_json(s, gl->records[i]);
     }
     np_str_append(s, "]}\n");
-    write_line(o, o->launches_jsonl, s);
+    write_line(o, LAUNCHES_JSONL, s);
 
     char leaf[NP_WIRE_MAX_NAME + 64];
     if (status == NP_GPU_NONE) {
@@ -393,20 +513,21 @@ void np_output_gpu_launch(struct np_output *o, const struct np_gpu_launch *gl,
 }
 
 void np_output_gpu_unmatched(struct np_output *o, const struct np_gpu_record *r) {
-    if (!o->gpu_unmatched && !o->gpu_unmatched_failed && !o->aggregate_only) {
+    if (!o->streams[GPU_UNMATCHED] && !o->gpu_unmatched_failed && !o->aggregate_only &&
+        !o->cut_error) {
         int err = 0;
-        o->gpu_unmatched = open_in(o->dir, "gpu_unmatched.jsonl", &err);
-        if (!o->gpu_unmatched) {
+        o->streams[GPU_UNMATCHED] = open_stream(o->dir, GPU_UNMATCHED, &err);
+        if (!o->streams[GPU_UNMATCHED]) {
             o->gpu_unmatched_failed = true;
             note_error(o, err);
         }
     }
-    if (o->gpu_unmatched) {
+    if (o->streams[GPU_UNMATCHED]) {
         struct np_str *s = &o->line;
         np_str_reset(s);
         gpu_record_json(s, r);
         np_str_append(s, "\n");
-        write_line(o, o->gpu_unmatched, s);
+        write_line(o, GPU_UNMATCHED, s);
     }
     char leaf[NP_WIRE_MAX_NAME + 64];
     gpu_leaf(leaf, sizeof(leaf), r);
@@ -435,15 +556,21 @@ void np_output_nccl_op(struct np_output *o, const struct np_launch *l,
                    ",\"stream\":\"0x%" PRIx64 "\",\"sendbuff\":\"0x%" PRIx64
                    "\",\"recvbuff\":\"0x%" PRIx64 "\",\"stack_id\":%" PRIu64 "}\n",
                    l->stream, l->sendbuff, l->recvbuff, sid);
-    write_line(o, o->nccl_jsonl, s);
+    write_line(o, NCCL_JSONL, s);
 }
 
+/* stacks.jsonl first: the other files refer to its stacks. */
+static const enum stream flush_order[NSTREAMS] = {STACKS_JSONL, LAUNCHES_JSONL, NCCL_JSONL,
+                                                  EXT_FOLDED, GPU_UNMATCHED};
+
 void np_output_flush(struct np_output *o) {
-    FILE *files[] = {o->ext_folded, o->launches_jsonl, o->nccl_jsonl, o->stacks_jsonl,
-                     o->gpu_unmatched};
-    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
-        if (files[i] && fflush(files[i]) != 0)
-            note_error(o, -errno);
+    for (int i = 0; i < NSTREAMS; i++) {
+        struct np_recfile *f = o->streams[flush_order[i]];
+        if (f) {
+            np_recfile_flush(f);
+            check_cut(o, f);
+        }
+    }
 }
 
 /* merged.folded / merged.gpu_ns.folded: "stack;LEAF WEIGHT"; stack id 0
@@ -488,25 +615,40 @@ static void write_folded(struct np_output *o) {
         note_error(o, -errno);
 }
 
-static void close_file(struct np_output *o, FILE **f) {
-    if (*f && fclose(*f) != 0)
-        note_error(o, -errno);
-    *f = NULL;
-}
-
-int np_output_close(struct np_output *o) {
-    if (!o)
-        return 0;
+/* The streams end (cut ones at their last whole record), the reserve goes,
+ * and the aggregates are written in the room it held. */
+int np_output_finish(struct np_output *o) {
+    if (o->finished)
+        return o->first_error;
+    o->finished = true;
+    np_output_flush(o);
+    for (int i = 0; i < NSTREAMS; i++) {
+        struct np_recfile *f = o->streams[flush_order[i]];
+        if (!f)
+            continue;
+        o->totals.records_written += np_recfile_records(f);
+        o->totals.records_cut += np_recfile_records_cut(f);
+        int err = np_recfile_close(f);
+        if (err && !o->cut_error)
+            cut_all(o, err);
+        o->streams[flush_order[i]] = NULL;
+    }
+    if (o->cut_error)
+        note_error(o, o->cut_error);
+    o->totals.cut_error = o->cut_error;
+    reserve_release(o);
     if (o->dir) {
         write_folded(o);
         write_merged(o, "merged.folded", &o->merged_counts);
         write_merged(o, "merged.gpu_ns.folded", &o->merged_ns);
     }
-    close_file(o, &o->ext_folded);
-    close_file(o, &o->launches_jsonl);
-    close_file(o, &o->nccl_jsonl);
-    close_file(o, &o->stacks_jsonl);
-    close_file(o, &o->gpu_unmatched);
+    return o->first_error;
+}
+
+int np_output_close(struct np_output *o) {
+    if (!o)
+        return 0;
+    np_output_finish(o);
     int err = o->first_error;
     np_map_free(&o->folded_counts, NULL);
     np_map_free(&o->kernel_counts, NULL);

@@ -24,6 +24,10 @@ struct np_output_totals {
     uint64_t nested;   /* launches inside another launch (launches.jsonl only) */
     uint64_t nccl_ops;
     uint64_t write_errors;
+    /* Set by np_output_finish: records in the per-launch files, records left
+     * out of them because they were cut (a full disk), and why (-errno). */
+    uint64_t records_written, records_cut;
+    int cut_error;
 };
 
 /* Creates dir (and missing parents) and opens the files; -errno. */
@@ -52,7 +56,11 @@ void np_output_nccl_op(struct np_output *o, const struct np_launch *l,
                        const struct np_stack_texts *stack);
 /* Flushes everything written so far (stream files stay usable). */
 void np_output_flush(struct np_output *o);
-/* Writes launches.folded, closes every file; returns the first error. */
+/* Ends the per-launch files and writes the aggregated ones (launches.folded,
+ * merged*.folded) in the room reserved for them; the totals are final then,
+ * for summary.json. Returns the first error. */
+int np_output_finish(struct np_output *o);
+/* np_output_finish if not done yet, then frees; returns the first error. */
 int np_output_close(struct np_output *o);
 
 const struct np_output_totals *np_output_totals(const struct np_output *o);

@@ -167,6 +167,17 @@ static cJSON *totals_json(const struct np_summary *s) {
     return o;
 }
 
+/* Whether the per-launch files are whole, or were cut (a full disk). */
+static cJSON *files_json(const struct np_summary *s) {
+    const struct np_output_totals *ot = np_output_totals(s->out);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddBoolToObject(o, "per_launch_complete", ot->cut_error == 0);
+    np_json_add_u64(o, "records_written", ot->records_written);
+    np_json_add_u64(o, "records_cut", ot->records_cut);
+    cJSON_AddStringToObject(o, "cut_reason", ot->cut_error ? strerror(-ot->cut_error) : "");
+    return o;
+}
+
 static cJSON *hex_u64(uint64_t v) {
     char text[32];
     snprintf(text, sizeof(text), "0x%" PRIx64, v);
@@ -346,6 +357,7 @@ int np_summary_write(const char *path, const struct np_summary *s) {
     np_json_add_u64(root, "start_time_unix_ns", s->start_realtime_ns);
     cJSON_AddNumberToObject(root, "duration_s", s->duration_s);
     cJSON_AddItemToObject(root, "totals", totals_json(s));
+    cJSON_AddItemToObject(root, "files", files_json(s));
     cJSON_AddItemToObject(root, "unwind", unwind_json(s));
     cJSON *targets = cJSON_AddArrayToObject(root, "targets");
     for (size_t i = 0; i < s->ntargets; i++)

@@ -3,8 +3,8 @@
  * The toolkit's stub libcuda never hands out a CUfunction (there is no GPU
  * driver here), so the path that names driver launches from the calls that
  * produced their handles cannot run against it. This double implements just
- * those calls with the real names and signatures (cuda.h) and returns
- * distinct handles; launches return CUDA_SUCCESS and do nothing. */
+ * those calls (and cuInit) with the real names and signatures (cuda.h) and
+ * returns distinct handles; launches return CUDA_SUCCESS and do nothing. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -23,16 +23,38 @@ static void *new_handle(void) {
     return malloc(16);
 }
 
+/* A handle for the kernel called `name`. The real driver looks the name up
+ * in the module (CUDA_ERROR_INVALID_VALUE for NULL, CUDA_ERROR_NOT_FOUND
+ * when absent), so it reads the string - and faults its page in - before it
+ * returns: so does this double. */
+static CUresult named_handle(void **out, const char *name) {
+    if (!name)
+        return 1;
+    if (!name[0])
+        return 500;
+    size_t *h = new_handle();
+    if (!h)
+        return 2;
+    size_t len = 0;
+    while (name[len])
+        len++;
+    *h = len;
+    *out = h;
+    return 0;
+}
+
+EXPORT CUresult cuInit(unsigned flags) {
+    return flags == 0 ? 0 : 1;
+}
+
 EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name) {
-    (void)hmod, (void)name;
-    *hfunc = new_handle();
-    return *hfunc ? 0 : 2;
+    (void)hmod;
+    return named_handle((void **)hfunc, name);
 }
 
 EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name) {
-    (void)library, (void)name;
-    *pKernel = new_handle();
-    return *pKernel ? 0 : 2;
+    (void)library;
+    return named_handle((void **)pKernel, name);
 }
 
 EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel) {

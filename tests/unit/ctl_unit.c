@@ -6,7 +6,13 @@
  * the command itself. Covers every command and its reply, request parsing
  * and rejection, the size limit, idle and never-reading clients, the client
  * limit, stale and live sockets, the socket's mode, peer credentials,
- * unlinking on close and the tolerant printing of replies. Prints
+ * unlinking on close and the tolerant printing of replies. Also the Unix
+ * listener both of the daemon's servers stand on (lib/unix_listener.c):
+ * what it replaces at the path and what it leaves alone (regular files,
+ * directories, symbolic links, FIFOs, others' sockets), modes whatever the
+ * umask, cleanup when a step after bind fails (lstat is wrapped below to
+ * make the look at the bound socket fail), accepting, the idle clock; and
+ * the CUPTI socket's server refusing a regular file. Prints
  * "ctl_unit: N passed, M failed" and exits non-zero on any failure. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
@@ -33,6 +39,8 @@
 #include "check.h"
 #include "cli/ctl.h"
 #include "daemon/ctl.h"
+#include "ingest/gpu_socket.h"
+#include "lib/unix_listener.h"
 #include "lib/util.h"
 
 #define MS 1000000ULL
@@ -40,6 +48,22 @@
 
 static char tmp_dir[64];
 static char sock_path[128];
+
+/* lstat, as this program's code sees it: with fail_lstat_on_socket > 0,
+ * that many calls on a path that names a socket fail with EIO - the
+ * servers' look at the socket they have just bound (the one before bind
+ * finds nothing, or a stale socket only in tests that leave this at 0). */
+static int fail_lstat_on_socket;
+
+int lstat(const char *restrict path, struct stat *restrict st) {
+    int rc = fstatat(AT_FDCWD, path, st, AT_SYMLINK_NOFOLLOW);
+    if (rc == 0 && S_ISSOCK(st->st_mode) && fail_lstat_on_socket > 0) {
+        fail_lstat_on_socket--;
+        errno = EIO;
+        return -1;
+    }
+    return rc;
+}
 
 /* ---- the daemon side: a handler that records ----------------------------------------- */
 
@@ -1229,6 +1253,338 @@ static void test_socket_file(void) {
     unlink(under_file);
 }
 
+/* ---- tests: the Unix listener both servers use ----------------------------------------- */
+
+/* The lowest free fd: the same before and after a call that must not leak one. */
+static int lowest_free_fd(void) {
+    int fd = dup(0);
+    if (fd >= 0)
+        close(fd);
+    return fd;
+}
+
+static bool same_file(const struct stat *a, const struct stat *b) {
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_mode == b->st_mode &&
+           a->st_size == b->st_size;
+}
+
+static bool file_holds(const char *path, const char *want) {
+    char *text = NULL;
+    size_t len = 0;
+    bool same =
+        np_read_file(path, &text, &len) == 0 && len == strlen(want) && memcmp(text, want, len) == 0;
+    free(text);
+    return same;
+}
+
+static const struct np_unix_listen_opts opts_0600 = {
+    .dir_mode = 0755, .sock_mode = 0600, .backlog = 8};
+static const struct np_unix_listen_opts opts_0666 = {
+    .dir_mode = 0755, .sock_mode = 0666, .backlog = 8};
+
+/* np_unix_listen on path must refuse with -EEXIST, say what is there, and
+ * leave it exactly as it was. */
+static void refuses_untouched(const char *path, const char *kind) {
+    struct stat before, after;
+    struct np_unix_listener l;
+    char why[512] = "";
+    int fds = lowest_free_fd();
+
+    CHECK(lstat(path, &before) == 0);
+    int rc = np_unix_listen(path, &opts_0666, &l, why, sizeof(why));
+    CHECK(rc == -EEXIST);
+    CHECK(l.fd == -1 && !l.bound);
+    if (!strstr(why, path) || !strstr(why, kind) || !strstr(why, "not a socket")) {
+        fprintf(stderr, "  %s: rc %d, why \"%s\" (want %s)\n", path, rc, why, kind);
+        failed++;
+    }
+    CHECK(lstat(path, &after) == 0 && same_file(&before, &after));
+    CHECK(lowest_free_fd() == fds);
+    np_unix_listener_close(&l); /* holds nothing: does nothing */
+    CHECK(lstat(path, &after) == 0 && same_file(&before, &after));
+}
+
+static void test_listener_paths(void) {
+    char dir[80], path[100], other[160], why[512];
+    struct np_unix_listener l, second;
+    struct stat st;
+
+    snprintf(dir, sizeof(dir), "%s/listener", tmp_dir);
+
+    /* Fresh, two directories deep, under the daemon's umask 077: the
+     * directories get 0755 and the socket exactly 0666. */
+    mode_t old_mask = umask(077);
+    snprintf(path, sizeof(path), "%s/a/b/x.sock", dir);
+    CHECK(np_unix_listen(path, &opts_0666, &l, why, sizeof(why)) == 0);
+    umask(old_mask);
+    CHECK(l.fd >= 0 && l.bound && !l.replaced_stale && strcmp(l.path, path) == 0);
+    CHECK(lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) && (st.st_mode & 07777) == 0666);
+    CHECK(st.st_dev == l.dev && st.st_ino == l.ino);
+    snprintf(other, sizeof(other), "%s/a", dir);
+    CHECK(lstat(other, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 07777) == 0755);
+    snprintf(other, sizeof(other), "%s/a/b", dir);
+    CHECK(lstat(other, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 07777) == 0755);
+    int fl = fcntl(l.fd, F_GETFL), fdfl = fcntl(l.fd, F_GETFD);
+    CHECK(fl >= 0 && (fl & O_NONBLOCK) && fdfl >= 0 && (fdfl & FD_CLOEXEC));
+
+    /* Live: -EADDRINUSE, the first one unharmed. */
+    CHECK(np_unix_listen(path, &opts_0666, &second, why, sizeof(why)) == -EADDRINUSE);
+    CHECK(second.fd == -1 && strstr(why, path) && strstr(why, "listening"));
+    CHECK(lstat(path, &st) == 0 && st.st_ino == l.ino);
+    int c = raw_connect(path);
+    CHECK(c >= 0);
+
+    /* Accepting: nonblocking, close-on-exec, the peer's credentials. Two
+     * are waiting: the second server's look (closed at once), and c. */
+    for (int i = 0; i < 2; i++) {
+        struct np_unix_peer peer = {0};
+        int a = np_unix_accept(&l, &peer);
+        CHECK(a >= 0);
+        CHECK(peer.pid == getpid() && peer.uid == geteuid() && peer.gid == getegid());
+        fl = fcntl(a, F_GETFL);
+        fdfl = fcntl(a, F_GETFD);
+        CHECK(fl >= 0 && (fl & O_NONBLOCK) && fdfl >= 0 && (fdfl & FD_CLOEXEC));
+        if (a >= 0)
+            close(a);
+    }
+    struct np_unix_peer none;
+    CHECK(np_unix_accept(&l, &none) == -EAGAIN);
+    close(c);
+
+    /* Close unlinks its own file... */
+    np_unix_listener_close(&l);
+    CHECK(l.fd == -1 && !l.bound);
+    CHECK(lstat(path, &st) < 0 && errno == ENOENT);
+    np_unix_listener_close(&l); /* twice: nothing */
+
+    /* ...but not one that replaced it: a socket, or a regular file. */
+    for (int i = 0; i < 2; i++) {
+        CHECK(np_unix_listen(path, &opts_0600, &l, why, sizeof(why)) == 0);
+        unlink(path);
+        int theirs = -1;
+        if (i == 0) {
+            theirs = bare_listener(path, true);
+            CHECK(theirs >= 0);
+        } else {
+            FILE *f = fopen(path, "w");
+            CHECK(f && fputs("theirs\n", f) >= 0 && fclose(f) == 0);
+        }
+        CHECK(lstat(path, &st) == 0);
+        ino_t ino = st.st_ino;
+        np_unix_listener_close(&l);
+        CHECK(lstat(path, &st) == 0 && st.st_ino == ino);
+        if (i == 1)
+            CHECK(file_holds(path, "theirs\n"));
+        if (theirs >= 0)
+            close(theirs);
+        unlink(path);
+    }
+
+    /* A stale socket (bound, nobody listening) is replaced, and said so. */
+    int fd = bare_listener(path, true);
+    CHECK(fd >= 0);
+    close(fd);
+    CHECK(lstat(path, &st) == 0 && S_ISSOCK(st.st_mode));
+    CHECK(np_unix_listen(path, &opts_0600, &l, why, sizeof(why)) == 0);
+    CHECK(l.replaced_stale);
+    CHECK(lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) && (st.st_mode & 07777) == 0600);
+    np_unix_listener_close(&l);
+
+    /* A live one with its backlog full (connect says EAGAIN): in use. */
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un addr;
+    socklen_t addr_len;
+    CHECK(np_unix_addr(path, &addr, &addr_len) == 0);
+    CHECK(bind(fd, (struct sockaddr *)&addr, addr_len) == 0 && listen(fd, 0) == 0);
+    int waiting[4], nwaiting = 0;
+    bool full = false;
+    while (!full && nwaiting < 4) {
+        int w = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (connect(w, (struct sockaddr *)&addr, addr_len) < 0 && errno == EAGAIN) {
+            full = true;
+            close(w);
+        } else {
+            waiting[nwaiting++] = w;
+        }
+    }
+    CHECK(full);
+    CHECK(np_unix_listen(path, &opts_0600, &l, why, sizeof(why)) == -EADDRINUSE);
+    CHECK(lstat(path, &st) == 0 && S_ISSOCK(st.st_mode));
+    for (int i = 0; i < nwaiting; i++)
+        close(waiting[i]);
+    close(fd);
+    unlink(path);
+
+    /* A socket of another type (datagram) is someone's: left alone. */
+    fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(bind(fd, (struct sockaddr *)&addr, addr_len) == 0);
+    CHECK(lstat(path, &st) == 0);
+    ino_t dgram = st.st_ino;
+    CHECK(np_unix_listen(path, &opts_0600, &l, why, sizeof(why)) < 0);
+    CHECK(l.fd == -1 && strstr(why, path));
+    CHECK(lstat(path, &st) == 0 && st.st_ino == dgram);
+    close(fd);
+    unlink(path);
+
+    /* Not a socket: refused, said, untouched. */
+    FILE *f = fopen(path, "w");
+    CHECK(f && fputs("precious bytes\n", f) >= 0 && fclose(f) == 0);
+    refuses_untouched(path, "a regular file");
+    CHECK(file_holds(path, "precious bytes\n"));
+    unlink(path);
+
+    CHECK(mkdir(path, 0700) == 0);
+    snprintf(other, sizeof(other), "%s/inside", path);
+    f = fopen(other, "w");
+    CHECK(f && fclose(f) == 0);
+    refuses_untouched(path, "a directory");
+    CHECK(lstat(other, &st) == 0);
+    unlink(other);
+    rmdir(path);
+
+    CHECK(mkfifo(path, 0600) == 0);
+    refuses_untouched(path, "a FIFO");
+    unlink(path);
+
+    /* Symbolic links: to a file, dangling, to a live socket. */
+    snprintf(other, sizeof(other), "%s/target", dir);
+    f = fopen(other, "w");
+    CHECK(f && fputs("target\n", f) >= 0 && fclose(f) == 0);
+    CHECK(symlink(other, path) == 0);
+    refuses_untouched(path, "a symbolic link");
+    CHECK(file_holds(other, "target\n"));
+    unlink(path);
+    unlink(other);
+    CHECK(symlink(other, path) == 0);
+    refuses_untouched(path, "a symbolic link");
+    unlink(path);
+    CHECK(np_unix_listen(other, &opts_0600, &second, why, sizeof(why)) == 0);
+    CHECK(symlink(other, path) == 0);
+    refuses_untouched(path, "a symbolic link");
+    CHECK(lstat(other, &st) == 0 && st.st_ino == second.ino);
+    unlink(path);
+    np_unix_listener_close(&second);
+    CHECK(lstat(other, &st) < 0 && errno == ENOENT);
+
+    /* Paths that cannot be. */
+    char longpath[200];
+    memset(longpath, 'a', sizeof(longpath) - 1);
+    longpath[sizeof(longpath) - 1] = '\0';
+    CHECK(np_unix_listen(longpath, &opts_0600, &l, why, sizeof(why)) == -ENAMETOOLONG);
+    CHECK(strstr(why, "too long") != NULL);
+    CHECK(np_unix_listen("", &opts_0600, &l, why, sizeof(why)) == -EINVAL);
+    CHECK(np_unix_listen(NULL, &opts_0600, &l, NULL, 0) == -EINVAL);
+    snprintf(other, sizeof(other), "%s/plain", dir);
+    f = fopen(other, "w");
+    CHECK(f && fclose(f) == 0);
+    snprintf(path, sizeof(path), "%s/plain/x.sock", dir);
+    CHECK(np_unix_listen(path, &opts_0600, &l, why, sizeof(why)) < 0 && l.fd == -1);
+    CHECK(strstr(why, path) != NULL);
+    CHECK(lstat(other, &st) == 0 && S_ISREG(st.st_mode));
+    unlink(other);
+}
+
+/* A failure after bind - here the look at the socket just bound - leaves
+ * neither the socket file nor an fd behind, in the helper and in both
+ * servers. */
+static void test_listener_cleanup(void) {
+    char path[160], why[512];
+    struct np_unix_listener l;
+    struct stat st;
+    int fds = lowest_free_fd();
+
+    snprintf(path, sizeof(path), "%s/listener/cleanup.sock", tmp_dir);
+    fail_lstat_on_socket = 1;
+    CHECK(np_unix_listen(path, &opts_0600, &l, why, sizeof(why)) == -EIO);
+    CHECK(fail_lstat_on_socket == 0); /* the lstat after bind was reached */
+    fail_lstat_on_socket = 0;
+    CHECK(l.fd == -1 && !l.bound);
+    CHECK(strstr(why, path) != NULL);
+    CHECK(lstat(path, &st) < 0 && errno == ENOENT);
+    CHECK(lowest_free_fd() == fds);
+
+    /* The control socket: it used to leave the file there. */
+    struct np_ctl_server *s = (struct np_ctl_server *)1;
+    fail_lstat_on_socket = 1;
+    CHECK(np_ctl_server_open(path, &ops, &s) == -EIO);
+    fail_lstat_on_socket = 0;
+    CHECK(s == NULL);
+    CHECK(lstat(path, &st) < 0 && errno == ENOENT);
+    CHECK(lowest_free_fd() == fds);
+    /* ...and then it starts there as usual. */
+    CHECK(np_ctl_server_open(path, &ops, &s) == 0 && s != NULL);
+    np_ctl_server_close(s);
+    CHECK(lstat(path, &st) < 0 && errno == ENOENT);
+}
+
+static bool never_traced(void *ctx, pid_t pid) {
+    (void)ctx;
+    (void)pid;
+    return false;
+}
+
+static void ignore_record(void *ctx, pid_t pid, const struct np_gpu_record *rec) {
+    (void)ctx;
+    (void)pid;
+    (void)rec;
+}
+
+/* The CUPTI socket's server: a regular file at its path is refused and
+ * kept (it used to be unlinked); a stale socket is replaced; its socket is
+ * 0666 under umask 077; close unlinks it. */
+static void test_gpu_server_path(void) {
+    const struct np_gpu_server_ops gops = {.is_traced = never_traced, .on_record = ignore_record};
+    struct np_gpu_server *g = NULL;
+    char path[160];
+    struct stat st;
+    int fds = lowest_free_fd();
+
+    snprintf(path, sizeof(path), "%s/listener/cupti.sock", tmp_dir);
+    FILE *f = fopen(path, "w");
+    CHECK(f && fputs("not a socket\n", f) >= 0 && fclose(f) == 0);
+    CHECK(np_gpu_server_open(path, &gops, &g) == -EEXIST);
+    CHECK(file_holds(path, "not a socket\n"));
+    CHECK(lowest_free_fd() == fds);
+    unlink(path);
+
+    int fd = bare_listener(path, false);
+    CHECK(fd >= 0);
+    close(fd);
+    mode_t old_mask = umask(077);
+    CHECK(np_gpu_server_open(path, &gops, &g) == 0);
+    umask(old_mask);
+    CHECK(lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) && (st.st_mode & 07777) == 0666);
+    /* A silent client is closed after 5 s: not before. */
+    int c = raw_connect(path);
+    CHECK(c >= 0);
+    np_gpu_server_poll(g);
+    np_gpu_server_tick(g, np_monotonic_ns() + 4900 * MS);
+    CHECK(np_gpu_server_stats(g)->rejected[NP_REJECT_NO_HELLO] == 0);
+    np_gpu_server_tick(g, np_monotonic_ns() + 5000 * MS);
+    CHECK(np_gpu_server_stats(g)->rejected[NP_REJECT_NO_HELLO] == 1);
+    close(c);
+    np_gpu_server_close(g);
+    CHECK(lstat(path, &st) < 0 && errno == ENOENT);
+    CHECK(lowest_free_fd() == fds);
+}
+
+static void test_idle_clock(void) {
+    struct np_unix_clock c;
+    np_unix_clock_start(&c, 1000);
+    CHECK(!np_unix_clock_expired(&c, 1000, 100, 500));
+    CHECK(!np_unix_clock_expired(&c, 1099, 100, 500));
+    CHECK(np_unix_clock_expired(&c, 1100, 100, 500)); /* idle for idle_ns */
+    np_unix_clock_progress(&c, 1090);
+    CHECK(!np_unix_clock_expired(&c, 1150, 100, 500));
+    np_unix_clock_progress(&c, 1450);
+    CHECK(!np_unix_clock_expired(&c, 1499, 100, 500));
+    CHECK(np_unix_clock_expired(&c, 1500, 100, 500)); /* progressing, but too old */
+    CHECK(!np_unix_clock_expired(&c, 1500, 100, 0));  /* no lifetime limit */
+    CHECK(!np_unix_clock_expired(&c, 99999, 0, 0));   /* no limit at all */
+    CHECK(np_unix_clock_expired(&c, 99999, 0, 500));
+    CHECK(!np_unix_clock_expired(&c, 10, 100, 500)); /* a now before the start */
+}
+
 /* ---- tests: peer credentials -------------------------------------------------------- */
 
 /* In a child as uid 65534: 0 when the outcome is the expected one. */
@@ -1319,6 +1675,10 @@ int main(void) {
     test_parse_request();
     test_reply_error();
     test_socket_file();
+    test_listener_paths();
+    test_listener_cleanup();
+    test_gpu_server_path();
+    test_idle_clock();
     test_commands();
     test_fd_readable();
     test_request_size();
