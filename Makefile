@@ -3,6 +3,8 @@
 #   make            build build/ncclprobe
 #   make demo       build the demo workload and record it
 #   make test       every test (needs root for the BPF ones)
+#   make check TEST=NAME   one test or unit group (README.md, "Running one test")
+#   make check-layers   every include and call points down the data flow
 #   make bench      benchmarks (bench/README.md)
 #   make SAN=1 ...  the same with AddressSanitizer + UBSan (build/san/)
 #   make format     clang-format every C file
@@ -45,7 +47,7 @@ ifneq ($(wildcard $(CUDA_HOME)/include/cupti.h),)
 CUPTI_LIB := $(BUILD)/libncclprobe_cupti.so
 endif
 
-.PHONY: all demo test test-unit test-e2e bench format format-check clean
+.PHONY: all demo test test-unit test-e2e check check-layers bench format format-check clean
 all: $(BUILD)/ncclprobe $(CUPTI_LIB)
 
 # vmlinux.h is generated from the running kernel's BTF at build time: it then
@@ -77,6 +79,13 @@ $(PROTO_OBJ): $(BUILD)/gen/profile.pb-c.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SANFLAGS) -I$(BUILD)/gen -c $< -o $@
 
+# The flame graph's stylesheet and script, files of their own, built in as C arrays.
+FLAME_ASSETS := src/writers/flamegraph.css src/writers/flamegraph.js
+$(BUILD)/gen/flamegraph_assets.h: $(FLAME_ASSETS) tools/embed-asset.sh
+	@mkdir -p $(@D)
+	tools/embed-asset.sh $(FLAME_ASSETS) > $@.tmp && mv $@.tmp $@
+$(BUILD)/obj/writers/flamegraph.o: $(BUILD)/gen/flamegraph_assets.h
+
 $(BUILD)/obj/%.o: src/%.c $(HEADERS) $(BUILD)/ncclprobe.skel.h $(BUILD)/discover.skel.h $(BUILD)/gen/profile.pb-c.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -c $< -o $@
@@ -88,10 +97,16 @@ $(BUILD)/ncclprobe: $(OBJS)
 # Loaded into the target with CUDA_INJECTION64_PATH. Built against the
 # toolkit's CUPTI headers; CUPTI itself is dlopen()ed at run time.
 
-$(BUILD)/libncclprobe_cupti.so: $(CUPTI_SRCS) include/ncclprobe/gpu_wire.h
+# One object per file (tools/check-layers.py reads what each calls).
+CUPTI_OBJS := $(CUPTI_SRCS:src/%.c=$(BUILD)/obj/%.o)
+
+$(CUPTI_OBJS): $(BUILD)/obj/cupti/%.o: src/cupti/%.c $(wildcard src/cupti/*.h) include/ncclprobe/gpu_wire.h
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(CUPTI_SANFLAGS) $(WARN) -fPIC -shared -fvisibility=hidden -Iinclude -Isrc \
-		-I$(CUDA_HOME)/include -o $@ $(CUPTI_SRCS) -ldl -lpthread
+	$(CC) $(CFLAGS) $(CUPTI_SANFLAGS) $(WARN) -fPIC -fvisibility=hidden -Iinclude -Isrc \
+		-I$(CUDA_HOME)/include -c $< -o $@
+
+$(BUILD)/libncclprobe_cupti.so: $(CUPTI_OBJS)
+	$(CC) $(CFLAGS) $(CUPTI_SANFLAGS) -shared -o $@ $^ -ldl -lpthread
 
 # ---- workloads -------------------------------------------------------------
 $(BUILD)/progs/.built: $(wildcard tests/progs/*)
@@ -117,21 +132,9 @@ $(BUILD)/pyline_check: tests/progs/pyline_check.c $(UNIT_SRCS:src/%.c=$(BUILD)/o
 $(BUILD)/unwind_bench: bench/unwind_bench.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
 	$(CC) $(CFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
 
-# The offline merge's matcher alone (src/correlate/tolerance.c).
+# The offline merge's matcher alone (src/merge/match.c).
 $(BUILD)/merge_unit: tests/unit/merge_unit.c tests/unit/check.h $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
 	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $(filter-out %.h,$^) $(LIBS)
-
-# The flame graph writer through a driver of its own (tests/test_flamegraph.py).
-$(BUILD)/flame_cli: tests/unit/flame_cli.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
-	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
-
-# Writes DIR/profile.pb.gz with the pprof writer alone (tests/test_pprof.py).
-$(BUILD)/pprof_cli: tests/unit/pprof_cli.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
-	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
-
-# Writes DIR/trace.json with the Perfetto writer alone (tests/test_trace_json.py).
-$(BUILD)/trace_cli: tests/unit/trace_cli.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
-	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
 
 # The daemon's configuration parser and its control socket, alone.
 $(BUILD)/config_unit: tests/unit/config_unit.c tests/unit/check.h $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
@@ -144,25 +147,50 @@ $(BUILD)/ctl_unit: tests/unit/ctl_unit.c tests/unit/check.h $(UNIT_SRCS:src/%.c=
 $(BUILD)/fault_unit: tests/unit/fault_unit.c tests/unit/check.h $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
 	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -Wl,--wrap=realloc -o $@ $(filter-out %.h,$^) $(LIBS)
 
+# The recording reader alone (src/recording/), on directories it writes.
+$(BUILD)/recording_unit: tests/unit/recording_unit.c tests/unit/check.h $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
+	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $(filter-out %.h,$^) $(LIBS)
+
 test-unit: $(BUILD)/unit_tests $(BUILD)/merge_unit $(BUILD)/config_unit $(BUILD)/ctl_unit \
-		$(BUILD)/fault_unit
+		$(BUILD)/fault_unit $(BUILD)/recording_unit
 	$(BUILD)/unit_tests
 	$(BUILD)/merge_unit
 	$(BUILD)/config_unit
 	$(BUILD)/ctl_unit
 	$(BUILD)/fault_unit
+	$(BUILD)/recording_unit
 
-# The writers alone, from a recording directory (tests/test_pprof.py, test_flamegraph.py,
-# test_trace_json.py run them on hand-made directories too).
-WRITER_DRIVERS := $(BUILD)/pprof_cli $(BUILD)/flame_cli $(BUILD)/trace_cli
+E2E_DEPS := $(BUILD)/ncclprobe $(CUPTI_LIB) $(BUILD)/progs/.built $(BUILD)/demo/.built \
+	$(BUILD)/pyline_check
 
-test-e2e: $(BUILD)/ncclprobe $(CUPTI_LIB) $(BUILD)/progs/.built $(BUILD)/demo/.built $(BUILD)/pyline_check \
-		$(WRITER_DRIVERS)
+test-e2e: $(E2E_DEPS)
 	NCCLPROBE_BUILD=$(abspath $(BUILD)) $(PYTHON) -m pytest -q -rs tests/
+
+# make check TEST=NAME [SAN=1]: one test. NAME is a C unit group (tests/unit/NAME.c:
+# unit_tests, merge_unit, ...), a pytest file or node id (tests/test_pprof.py,
+# tests/test_pprof.py::test_x), or else a pytest -k expression ("hostile and not svg").
+ifeq ($(TEST),)
+check:
+	@echo "usage: make check TEST=NAME (a unit group, a pytest node id or file, a -k expression)" >&2
+	@exit 2
+else ifneq ($(wildcard tests/unit/$(TEST).c),)
+check: $(BUILD)/$(TEST)
+	$(BUILD)/$(TEST)
+else
+check: $(E2E_DEPS)
+	NCCLPROBE_BUILD=$(abspath $(BUILD)) $(PYTHON) -m pytest -q -rs \
+		$(if $(or $(findstring ::,$(TEST)),$(wildcard $(TEST))),'$(TEST)',-k '$(TEST)')
+endif
 
 # Unit and end-to-end tests, on the normal build and again on the
 # AddressSanitizer/UBSan build (LeakSanitizer fails a run that leaks).
-test: test-unit test-e2e
+# Every include and call points down the data flow (tools/check-layers.py:
+# lib < wire formats < attach < unwind/symbolize < ingest < correlate <
+# writers/recording/report/merge < session < cli/daemon).
+check-layers: $(BUILD)/ncclprobe $(CUPTI_LIB)
+	$(PYTHON) tools/check-layers.py --build $(BUILD)
+
+test: check-layers test-unit test-e2e
 	$(MAKE) SAN=1 test-unit test-e2e
 
 $(BUILD)/join_bench: bench/join_bench.c src/correlate/gpu.c src/lib/hashmap.c $(HEADERS)

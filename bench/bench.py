@@ -6,7 +6,10 @@ Run through bench/run.sh (which builds launch_loop); see bench/README.md.
     bench.py --build BUILD --launch-loop PATH [--rounds N] [--iters N] [--warmup N]
              [--depth N] [--rates LIST] [--rate-seconds S] [--rate-reps N]
              [--rate-variants default,fp] [--no-diagnostic] [--out FILE]
-             [--skip-latency] [--skip-rates]
+             [--previous PATH] [--skip-latency] [--skip-rates]
+
+--previous PATH measures another ncclprobe binary (e.g. the previous commit's, see
+BENCH_AGAINST in run.sh) beside this one in the same rounds.
 
 Standard library only. Every process this script starts is tracked by pid and
 stopped on every path; the perf probe it creates is deleted again.
@@ -740,6 +743,9 @@ def main():
                     help="ncclprobe options for the rate sweep: default (no options), "
                          "fp (--unwind fp); comma-separated")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--previous", default=None,
+                    help="another ncclprobe binary (e.g. the previous commit's) measured "
+                         "beside this one in the same rounds")
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--skip-rates", action="store_true")
     ap.add_argument("--no-diagnostic", dest="diagnostic", action="store_false",
@@ -768,6 +774,9 @@ def main():
     args.ncclprobe_src = args.ncclprobe
     args.ncclprobe = shutil.copy2(args.ncclprobe, os.path.join(snapdir, "ncclprobe"))
     args.binary_changed = binary_stamp(args.ncclprobe_src) != stamp
+    args.previous_label = os.environ.get("BENCH_PREVIOUS_LABEL", "previous build")
+    if args.previous:
+        args.previous = shutil.copy2(args.previous, os.path.join(snapdir, "ncclprobe-previous"))
     perf_probe = PerfProbe()
     stop = {"sig": None}
 
@@ -783,6 +792,9 @@ def main():
             Ncclprobe("ncclprobe", "ncclprobe record (defaults)", args.ncclprobe),
             Ncclprobe("ncclprobe-fp", "ncclprobe record --unwind fp", args.ncclprobe,
                       ["--unwind", "fp"]),
+            *([Ncclprobe("ncclprobe-previous",
+                         f"ncclprobe record (defaults), {args.previous_label}", args.previous)]
+              if args.previous else []),
             Ncclprobe("ncclprobe-wakeup0", "ncclprobe record --wakeup-kb 0", args.ncclprobe,
                       ["--wakeup-kb", "0"]),
             Bpftrace("bpftrace", "bpftrace @[ustack] = count()"),

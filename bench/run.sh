@@ -2,16 +2,19 @@
 # bench/run.sh [BUILD] - ncclprobe benchmarks (see bench/README.md).
 #
 # Builds BUILD/bench/launch_loop, then runs bench/bench.py: per-launch added
-# latency (no tracer, ncclprobe, ncclprobe --wakeup-kb 0, bpftrace, perf) and
-# the highest launch rate ncclprobe holds without drops. Prints the results
-# table and writes it to bench/results-latest.md. Needs root, bpftrace, perf,
-# bpftool and the CUDA toolkit's libcudart.so.13. About 3-4 minutes.
+# latency (no tracer, ncclprobe, ncclprobe --unwind fp, ncclprobe --wakeup-kb
+# 0, bpftrace, perf) and the highest launch rate ncclprobe holds without
+# drops. Prints the results table and writes it to bench/results-latest.md.
+# Needs root, bpftrace, perf, bpftool and the CUDA toolkit's libcudart.so.13.
+# About 3-4 minutes.
 #
 # Environment overrides: CUDA_HOME (/usr/local/cuda), BENCH_ROUNDS (7),
 # BENCH_ITERS (200000), BENCH_DEPTH (10), BENCH_RATES
 # (50000,100000,200000,400000,800000,0; 0 = as fast as possible),
 # BENCH_RATE_SECONDS (2), BENCH_RATE_REPS (2), BENCH_ARGS (more bench.py
-# options, e.g. --no-diagnostic, --skip-rates).
+# options, e.g. --no-diagnostic, --skip-rates), BENCH_AGAINST (a git revision,
+# e.g. HEAD~1: built in build/bench-against and measured beside this build in the
+# same rounds, as "previous").
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -41,8 +44,23 @@ if [ ! -x "$LOOP" ] || [ "$HERE/launch_loop.c" -nt "$LOOP" ]; then
         -L"$CUDA_HOME/lib64" -lcudart "${RPATH[@]}"
 fi
 
+PREVIOUS=()
+if [ -n "${BENCH_AGAINST:-}" ]; then
+    REPO=$(cd "$HERE/.." && pwd)
+    AGAINST="$REPO/build/bench-against"
+    rev=$(git -C "$REPO" rev-parse --short "$BENCH_AGAINST")
+    if [ "$(cat "$AGAINST/.rev" 2>/dev/null)" != "$rev" ]; then
+        rm -rf "$AGAINST" && git -C "$REPO" worktree prune
+        git -C "$REPO" worktree add --detach "$AGAINST" "$rev" >/dev/null
+        make -C "$AGAINST" -j"$(nproc)" BUILD=build build/ncclprobe >/dev/null
+        echo "$rev" > "$AGAINST/.rev"
+    fi
+    PREVIOUS=(--previous "$AGAINST/build/ncclprobe")
+    export BENCH_PREVIOUS_LABEL="commit $rev"
+fi
+
 # shellcheck disable=SC2086
-exec "$PYTHON" "$HERE/bench.py" --build "$BUILD" --launch-loop "$LOOP" \
+exec "$PYTHON" "$HERE/bench.py" --build "$BUILD" --launch-loop "$LOOP" "${PREVIOUS[@]}" \
     --rounds "${BENCH_ROUNDS:-7}" --iters "${BENCH_ITERS:-200000}" \
     --depth "${BENCH_DEPTH:-10}" \
     --rates "${BENCH_RATES:-50000,100000,200000,400000,800000,0}" \

@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attach/target.h"
 #include "ingest/ingest.h"
 #include "lib/util.h"
 #include "ncclprobe/events.h"
+#include "session/target.h"
 #include "symbolize/symbolize.h"
 #include "unwind/unwind.h"
 
@@ -62,8 +62,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "unwind_bench: no launch records of pid %d in %s\n", pid, argv[1]);
         return 1;
     }
-    if (np_target_new(pid, &t) < 0 || np_symbolizer_new(pid, &t->sym) < 0 ||
-        !(t->unwinder = np_unwinder_new(t->sym))) {
+    if (np_target_new(pid, &t) < 0 || np_symbolizer_new(pid, &t->in.sym) < 0 ||
+        !(t->in.unwinder = np_unwinder_new(t->in.sym))) {
         fprintf(stderr, "unwind_bench: pid %d must still be running\n", pid);
         return 1;
     }
@@ -74,7 +74,7 @@ int main(int argc, char **argv) {
     np_str_init(&stack.locations);
     uint64_t frames = 0;
     for (size_t i = 0; i < nrecs; i++) { /* warm the caches */
-        np_ingest_build_stack(&in, t, (const void *)recs[i], NULL, &stack);
+        np_ingest_build_stack(&in, &t->in, (const void *)recs[i], NULL, &stack);
         for (const char *p = np_str_cstr(&stack.folded); *p; p++)
             frames += *p == ';';
         frames++;
@@ -82,7 +82,7 @@ int main(int argc, char **argv) {
     uint64_t done = 0, start = np_monotonic_ns(), end = start + (uint64_t)(seconds * 1e9);
     while (np_monotonic_ns() < end) {
         for (size_t i = 0; i < nrecs; i++)
-            np_ingest_build_stack(&in, t, (const void *)recs[i], NULL, &stack);
+            np_ingest_build_stack(&in, &t->in, (const void *)recs[i], NULL, &stack);
         done += nrecs;
     }
     double elapsed = (double)(np_monotonic_ns() - start) / 1e9;

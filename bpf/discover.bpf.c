@@ -126,18 +126,24 @@ static __always_inline void send_exec(void) {
     send(&ev);
 }
 
+/* The record of an executable mapping of fd, when its file is one we want. */
+static __always_inline bool mmap_record(__u64 prot, __u64 fd, struct np_disc_event *ev) {
+    if (!(prot & NP_PROT_EXEC) || (__s64)fd < 0)
+        return false;
+    if (fd_name(fd, ev->name) < 0 || !interesting(ev->name))
+        return false;
+    __u64 pid_tgid = bpf_get_current_pid_tgid();
+    ev->kind = NP_DISC_MMAP;
+    ev->pid = pid_tgid >> 32;
+    ev->tid = (__u32)pid_tgid;
+    return true;
+}
+
 /* The entry of mmap(fd, prot): remembers the file if it is one we want. */
 static __always_inline void mmap_enter(__u64 prot, __u64 fd) {
-    if (!(prot & NP_PROT_EXEC) || (__s64)fd < 0)
-        return;
-    struct np_disc_event ev = {.kind = NP_DISC_MMAP};
-    if (fd_name(fd, ev.name) < 0 || !interesting(ev.name))
-        return;
-    __u64 pid_tgid = bpf_get_current_pid_tgid();
-    __u32 tid = (__u32)pid_tgid;
-    ev.pid = pid_tgid >> 32;
-    ev.tid = tid;
-    bpf_map_update_elem(&mmap_in_flight, &tid, &ev, BPF_ANY);
+    struct np_disc_event ev = {};
+    if (mmap_record(prot, fd, &ev))
+        bpf_map_update_elem(&mmap_in_flight, &ev.tid, &ev, BPF_ANY);
 }
 
 /* The exit of a remembered mmap: the mapping exists now, if it succeeded. */
@@ -157,14 +163,9 @@ static __always_inline void mmap_exit(__s64 ret) {
 
 /* A successful mmap(fd, prot) returned: reports the file if it is one we want. */
 static __always_inline void mmap_done(__u64 prot, __u64 fd) {
-    if (!(prot & NP_PROT_EXEC) || (__s64)fd < 0)
+    struct np_disc_event ev = {};
+    if (!mmap_record(prot, fd, &ev))
         return;
-    struct np_disc_event ev = {.kind = NP_DISC_MMAP};
-    if (fd_name(fd, ev.name) < 0 || !interesting(ev.name))
-        return;
-    __u64 pid_tgid = bpf_get_current_pid_tgid();
-    ev.pid = pid_tgid >> 32;
-    ev.tid = (__u32)pid_tgid;
     ev.ts_ns = bpf_ktime_get_ns();
     send(&ev);
 }

@@ -22,18 +22,18 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, PROGS, PROGS_ENV
+from lib.cupti_app import APP
+from lib.jsonl import read_jsonl
+from lib.paths import CUPTI_LIB, PROGS, PROGS_ENV
+from lib.skip import needs_binary
 
 CHECK = PROGS / "cupti_replay_check"
-APP = PROGS / "cupti_app"
-INJECTION = BUILD / "libncclprobe_cupti.so"
 REAL_CUPTI = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "lib64" / "libcupti.so.13"
 
 pytestmark = pytest.mark.skipif(
     PROGS_ENV.get("HAVE_CUPTI_REPLAY") != "1" or not CHECK.exists(),
     reason="CUPTI test double not built (needs the CUDA toolkit's CUPTI headers)")
-needs_injection = pytest.mark.skipif(not INJECTION.exists(),
-                                     reason=f"{INJECTION} is not built")
+needs_injection = needs_binary(CUPTI_LIB)
 needs_real_cupti = pytest.mark.skipif(not REAL_CUPTI.exists(), reason=f"no {REAL_CUPTI}")
 
 # CUPTI values (cupti_result.h, cupti_activity.h, cupti_*_cbid.h)
@@ -403,7 +403,7 @@ class AppRun:
         self.stdout, self.stderr = stdout, stderr
         self.trace_path = trace_path
         self.t0, self.t1 = t0, t1  # CLOCK_MONOTONIC around the run
-        lines = [json.loads(x) for x in truth_path.read_text().splitlines() if x]
+        lines = read_jsonl(truth_path)
         self.calls = [x for x in lines if "api" in x]
         self.dropped = next(x["dropped"] for x in lines if "dropped" in x)
 
@@ -417,7 +417,7 @@ def run_app(tmp_path, *args, env=None):
     env = {**os.environ, "NCCLPROBE_CUPTI_OUTPUT": str(trace), **(env or {})}
     env.pop("NCCLPROBE_CUPTI_LIBRARY", None)  # cupti_app points it at the double
     t0 = time.monotonic_ns()
-    proc = subprocess.Popen([str(APP), "--injection", str(INJECTION), "--expect", str(truth),
+    proc = subprocess.Popen([str(APP), "--injection", str(CUPTI_LIB), "--expect", str(truth),
                              *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)
     out, err = proc.communicate(timeout=60)
@@ -534,7 +534,7 @@ def test_app_without_injection_runs_the_same_script(tmp_path):
     proc = subprocess.run([str(APP), "--scenario", "mixed", "--iters", "2", "--expect",
                            str(truth)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    calls = [json.loads(x) for x in truth.read_text().splitlines() if "api" in x]
+    calls = [x for x in read_jsonl(truth) if "api" in x]
     assert [c["correlation_id"] for c in calls] == list(range(1, 9))
     with_lib = run_app(tmp_path, "--scenario", "mixed", "--iters", 2)
     assert shape(with_lib.calls) == shape(calls)

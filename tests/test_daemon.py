@@ -15,12 +15,10 @@ specification - never from ncclprobe itself."""
 import json
 import os
 import re
-import resource
 import shutil
 import signal
 import socket
 import stat
-import subprocess
 import tempfile
 import time
 import xml.etree.ElementTree as ET
@@ -28,36 +26,24 @@ from pathlib import Path
 
 import pytest
 
-from conftest import NCCLPROBE, go_pprof, PROGS, PROGS_ENV, needs_bpf, needs_real_cudart, thread_lines
+from lib.bpf import bpf_objects_of, bpftool
+from lib.daemon import (CUDART, LATE_CHAIN, LATE_LOADER, LAUNCHER, RT_CHAIN, SET_NAME, Daemon,
+                        check_launches_with_chain, comm_link, has_chain, launcher, set_folded,
+                        total_launches)
+from lib.paths import NCCLPROBE, PROGS
+from lib.processes import Workload, wait_for
+from lib.run import go_pprof
+from lib.skip import needs_bpf, needs_real_cudart, needs_tools
 
 pytestmark = [needs_bpf, needs_real_cudart]
 
-LAUNCHER = PROGS / "launcher"
-LATE_LOADER = PROGS / "late_loader"
-CUDART = Path(PROGS_ENV.get("CUDART_PATH", "/usr/local/cuda/lib64/libcudart.so.13"))
 # libraries the launcher maps next to itself (RUNPATH $ORIGIN)
 LAUNCHER_LIBS = ["liblaunch_a.so", "liblaunch_b.so", "libkern.so", "libcuda.so.1"]
-RT_CHAIN = ["run_worker", "liba_submit", "libb_launch", "cudaLaunchKernel"]
-LATE_CHAIN = ["main", "late_launch", "cudaLaunchKernel"]
 # CAP_BPF (39), CAP_PERFMON (38), CAP_SYS_PTRACE (19), CAP_DAC_READ_SEARCH (2)
 KEPT_CAPS = (1 << 39) | (1 << 38) | (1 << 19) | (1 << 2)
-SAN_MARKERS = ("Sanitizer", "runtime error")
-SET_NAME = re.compile(r"^(?P<host>.+)-(?P<pid>\d+)-(?P<comm>.+)-(?P<when>\d{8}T\d{6}Z)(-\d+)?$")
 
 
 # ---- helpers -------------------------------------------------------------------------------
-
-def wait_for(cond, timeout, what="condition", interval=0.05):
-    """Polls cond() until it returns something true (returned) or timeout s pass."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
-
 
 def safe_name(text):
     """The set-name sanitising of the spec: bytes outside [A-Za-z0-9._-] -> '_', a leading
@@ -95,220 +81,12 @@ def rss_kib(pid):
     return int(proc_status_field(pid, "VmRSS").split()[0])
 
 
-def comm_link(directory, name):
-    """A symlink to the launcher named `name`: the process's comm is that name."""
-    directory.mkdir(parents=True, exist_ok=True)
-    link = directory / name
-    if not link.is_symlink():
-        link.symlink_to(LAUNCHER)
-    return link
-
-
-class Prog:
-    """A workload process. With wait=True it was started with --wait-signal (the launcher
-    prints 'ready PID' and waits for SIGUSR1 before its first launch)."""
-
-    def __init__(self, argv, wait=False, env=None):
-        self.argv = [str(a) for a in argv]
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, env={**os.environ, **(env or {})})
-        self.pid = self.proc.pid
-        self.started = time.monotonic()
-        self.out = self.err = None
-        if wait:
-            line = self.proc.stdout.readline()
-            assert line.startswith("ready "), f"{self.argv}: did not start: {line!r}"
-
-    def go(self):
-        os.kill(self.pid, signal.SIGUSR1)
-
-    def finish(self, sig=None, timeout=60):
-        """Sends sig (if any), waits for the end: returns the launches it printed."""
-        if sig and self.proc.poll() is None:
-            os.kill(self.pid, sig)
-        self.out, self.err = self.proc.communicate(timeout=timeout)
-        assert self.proc.returncode == 0, (self.argv, self.proc.returncode, self.err)
-        return sum(thread_lines(self.out).values())
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.communicate()
-
-
-@pytest.fixture
-def progs():
-    """Workloads a test started; killed if it left them running."""
-    started = []
-    yield started
-    for p in started:
-        p.kill()
-
-
-def launcher(progs, *args, exe=LAUNCHER, wait=True, env=None):
-    p = Prog([exe, "--variant", "rt", *args, *(["--wait-signal"] if wait else [])], wait=wait,
-             env=env)
-    progs.append(p)
-    return p
-
-
-class Daemon:
-    """`ncclprobe daemon --config FILE -v` with everything under root; prefix: a command
-    that execs the daemon (so its pid is the daemon's), e.g. into a mount namespace."""
-
-    def __init__(self, root, env=None, nofile=None, prefix=(), **conf):
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.out = self.root / "out"
-        self.sock = self.root / "ctl.sock"
-        self.flag = self.root / "flag"
-        self.conf_path = self.root / "ncclprobe.conf"
-        self.base = {"output_dir": self.out, "ctl_socket": self.sock,
-                     "cupti_socket": self.root / "cupti.sock", "flag_file": self.flag}
-        self.write_config(**conf)
-        self.err_path = self.root / "daemon.err"
-        with open(self.err_path, "w") as err:
-            self.proc = subprocess.Popen(
-                [*map(str, prefix), str(NCCLPROBE), "daemon", "--config", str(self.conf_path),
-                 "-v"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                env={**os.environ, **(env or {})},
-                preexec_fn=(lambda: resource.setrlimit(
-                    resource.RLIMIT_NOFILE,
-                    (nofile, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))) if nofile else None)
-        self.pid = self.proc.pid
-        try:
-            wait_for(lambda: self.proc.poll() is not None or self.try_status(), 60,
-                     "the daemon's control socket")
-        except AssertionError:
-            self.kill()
-            raise
-        assert self.proc.poll() is None, f"daemon exited {self.proc.returncode}: {self.stderr()}"
-
-    def write_config(self, extra_lines=(), **conf):
-        settings = {**self.base, **conf}
-        lines = ["# written by tests/test_daemon.py"]
-        lines += [f"{k} = {v}" for k, v in settings.items() if v is not None]
-        lines += list(extra_lines)
-        self.conf_path.write_text("\n".join(lines) + "\n")
-        return lines
-
-    def stderr(self):
-        return self.err_path.read_text(errors="replace")
-
-    def ctl(self, *args, json_out=True, timeout=15):
-        argv = [str(NCCLPROBE), "ctl", "--socket", str(self.sock)]
-        argv += ["--json"] if json_out else []
-        return subprocess.run(argv + [str(a) for a in args], capture_output=True, text=True,
-                              timeout=timeout)
-
-    def try_status(self):
-        proc = self.ctl("status")
-        if proc.returncode != 0:
-            return None
-        return json.loads(proc.stdout)
-
-    def status(self):
-        proc = self.ctl("status")
-        assert proc.returncode == 0, (proc.stdout, proc.stderr, self.stderr()[-3000:])
-        reply = json.loads(proc.stdout)
-        assert reply["ok"] is True
-        return reply
-
-    def target(self, pid, status=None):
-        for t in (status or self.status())["targets"]:
-            if t["pid"] == pid:
-                return t
-        return None
-
-    def wait_traced(self, pid, timeout=20):
-        return wait_for(lambda: (t := self.target(pid)) and t["probes"] > 0 and not t["exited"]
-                        and t, timeout, f"pid {pid} traced")
-
-    def sets(self, pid):
-        """{dir name: window.json or None (not written yet)} for pid's output sets."""
-        found = {}
-        if not self.out.exists():
-            return found
-        for d in self.out.iterdir():
-            m = SET_NAME.match(d.name)
-            if not m or int(m["pid"]) != pid:
-                continue
-            try:
-                found[d.name] = json.loads((d / "window.json").read_text())
-            except (OSError, ValueError):
-                found[d.name] = None
-        return found
-
-    def written_sets(self, pid, timeout=20):
-        """pid's sets once it is no longer traced and every one of them is written."""
-        def done():
-            if self.target(pid) is not None:
-                return None
-            sets = self.sets(pid)
-            return sets if sets and all(v is not None for v in sets.values()) else None
-        return wait_for(done, timeout, f"the output sets of pid {pid}")
-
-    def signal(self, sig):
-        os.kill(self.pid, sig)
-
-    def terminate(self, timeout=30):
-        """SIGTERM; returns (exit status, seconds it took)."""
-        t0 = time.monotonic()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        rc = self.proc.wait(timeout=timeout)
-        return rc, time.monotonic() - t0
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def assert_clean(self):
-        text = self.stderr()
-        for marker in SAN_MARKERS:
-            assert marker not in text, text[-5000:]
-
-
-def folded(set_dir):
-    """launches.folded of a set as {tuple(frames): count}."""
-    out = {}
-    path = Path(set_dir) / "launches.folded"
-    for line in path.read_text().splitlines():
-        stack, count = line.rsplit(" ", 1)
-        key = tuple(stack.split(";"))
-        out[key] = out.get(key, 0) + int(count)
-    return out
-
-
-def has_chain(frames, chain):
-    """chain appears as consecutive frames."""
-    n = len(chain)
-    return any(list(frames[i:i + n]) == chain for i in range(len(frames) - n + 1))
-
-
-def total_launches(sets):
-    return sum(w["totals"]["launches"] for w in sets.values())
-
-
 def check_set_names(sets, pid, comm):
     for name in sets:
         m = SET_NAME.match(name)
         assert m and m["host"] == HOST and int(m["pid"]) == pid and m["comm"] == safe_name(comm), \
             (name, HOST, pid, comm)
         assert re.fullmatch(r"[A-Za-z0-9._-]+", name), name
-
-
-def check_launches_with_chain(daemon, sets, chain, want):
-    """Every launch of the sets has the call chain; their count is want."""
-    got = 0
-    for name in sets:
-        for frames, n in folded(daemon.out / name).items():
-            assert has_chain(frames, chain), (name, frames)
-            got += n
-    assert got == want, (got, want, sets)
-    assert total_launches(sets) == want, sets
 
 
 def window_sets(sets, window_id):
@@ -321,7 +99,8 @@ def window_sets(sets, window_id):
 @pytest.fixture(scope="module")
 def early():
     """A CUDA process running before the daemon starts."""
-    p = Prog([LAUNCHER, "--variant", "rt", "--loop-until-signal", "--sleep-us", "5000"])
+    p = Workload([LAUNCHER, "--variant", "rt", "--loop-until-signal", "--sleep-us", "5000"],
+                 wait=False)
     wait_for(lambda: CUDART.name in Path(f"/proc/{p.pid}/maps").read_text(), 10,
              "libcudart mapped")
     yield p
@@ -342,14 +121,14 @@ def test_pickup_process_running_before_start(daemon, early):
     assert t["ns_pid"] == early.pid and t["comm"] == "launcher"
     assert t["exe"] == str(LAUNCHER)
     wait_for(lambda: daemon.target(early.pid)["launches"] >= 20, 20, "launches counted")
-    total = early.finish(signal.SIGUSR2)
+    total = early.launched(signal.SIGUSR2)
     sets = daemon.written_sets(early.pid)
     check_set_names(sets, early.pid, "launcher")
     recorded = total_launches(sets)
     # launches before the daemon attached are not seen; the rest all are
     assert 20 <= recorded <= total
     for name in sets:
-        for frames in folded(daemon.out / name):
+        for frames in set_folded(daemon.out / name):
             assert has_chain(frames, RT_CHAIN), frames
 
 
@@ -367,29 +146,30 @@ def check_delays(before, after):
           f"max {after['delay_ms_max']:.2f} ms, {after['delays_measured']} measured")
 
 
-def test_pickup_process_started_after_start(daemon, progs):
+def test_pickup_process_started_after_start(daemon, workloads):
     before = discovery(daemon)
-    p = launcher(progs, "--iters", "50")
+    p = launcher(workloads, "--iters", "50")
     t = daemon.wait_traced(p.pid)
     assert t["ns_pid"] == p.pid and t["libraries"] >= 1
     check_delays(before, discovery(daemon))
     # its first launch a second after the library was loaded: none may be missed
     time.sleep(max(0.0, 1.0 - (time.monotonic() - p.started)))
     p.go()
-    assert p.finish() == 50
+    assert p.launched() == 50
     sets = daemon.written_sets(p.pid)
     check_set_names(sets, p.pid, "launcher")
     check_launches_with_chain(daemon, sets, RT_CHAIN, 50)
 
 
-def test_pickup_library_loaded_late(daemon, progs):
+def test_pickup_library_loaded_late(daemon, workloads):
     before = discovery(daemon)
-    p = Prog([LATE_LOADER, "--no-wait", "--settle-ms", "1000", "--iters", "40", CUDART])
-    progs.append(p)
+    p = Workload([LATE_LOADER, "--no-wait", "--settle-ms", "1000", "--iters", "40", CUDART],
+                 wait=False)
+    workloads.append(p)
     t = daemon.wait_traced(p.pid)  # only once it dlopen()ed libcudart
     assert t["comm"] == "late_loader"
     check_delays(before, discovery(daemon))
-    assert p.finish() == 40
+    assert p.launched() == 40
     assert "loaded" in p.out
     sets = daemon.written_sets(p.pid)
     check_set_names(sets, p.pid, "late_loader")
@@ -406,7 +186,7 @@ def children(pid):
     return out
 
 
-def test_pickup_process_in_own_mount_and_pid_namespace(daemon, progs, tmp_path):
+def test_pickup_process_in_own_mount_and_pid_namespace(daemon, workloads, tmp_path):
     """The library exists only in the process's mount namespace (a tmpfs mounted there)."""
     private = Path(tempfile.mkdtemp(prefix="npd-ns-"))
     try:
@@ -414,9 +194,9 @@ def test_pickup_process_in_own_mount_and_pid_namespace(daemon, progs, tmp_path):
         script = (f"mount -t tmpfs npdns {private} && cp {copies} {private}/ && "
                   f"cd {private} && LD_LIBRARY_PATH={private} exec {private}/launcher "
                   f"--variant rt --iters 30 --wait-signal")
-        p = Prog(["unshare", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
-                  "sh", "-c", script], wait=True)
-        progs.append(p)
+        p = Workload(["unshare", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
+                      "sh", "-c", script])
+        workloads.append(p)
         kids = wait_for(lambda: children(p.pid), 5, "the namespace's first process")
         pid = kids[0]
         assert Path(f"/proc/{pid}/comm").read_text().strip() == "launcher"
@@ -429,7 +209,7 @@ def test_pickup_process_in_own_mount_and_pid_namespace(daemon, progs, tmp_path):
         assert t["ns_pid"] != pid and t["ns_pid"] in (1, 2), t
         assert t["exe"] == f"{private}/launcher"
         os.kill(pid, signal.SIGUSR1)
-        assert p.finish() == 30
+        assert p.launched() == 30
         sets = daemon.written_sets(pid)
         check_set_names(sets, pid, "launcher")
         check_launches_with_chain(daemon, sets, RT_CHAIN, 30)
@@ -451,10 +231,10 @@ def window_open(daemon):
     return daemon.status()["window"]["open"]
 
 
-def test_windows_ctl_duration_and_flag_file(daemon, progs):
+def test_windows_ctl_duration_and_flag_file(daemon, workloads):
     sleep_us = 2000
-    procs = [launcher(progs, "--loop-until-signal", "--sleep-us", sleep_us),
-             launcher(progs, "--loop-until-signal", "--sleep-us", sleep_us, "--threads", "2")]
+    procs = [launcher(workloads, "--loop-until-signal", "--sleep-us", sleep_us),
+             launcher(workloads, "--loop-until-signal", "--sleep-us", sleep_us, "--threads", "2")]
     for p in procs:
         daemon.wait_traced(p.pid)
     assert not window_open(daemon)
@@ -501,7 +281,7 @@ def test_windows_ctl_duration_and_flag_file(daemon, progs):
     assert not window_open(daemon)
     assert len({w1, w2, w3}) == 3
 
-    totals = [p.finish(signal.SIGUSR2) for p in procs]
+    totals = [p.launched(signal.SIGUSR2) for p in procs]
     elapsed = time.monotonic() - went
     for p, total in zip(procs, totals):
         rate = total / elapsed  # the program's own launch rate
@@ -527,16 +307,16 @@ def test_windows_ctl_duration_and_flag_file(daemon, progs):
         assert kinds == {"aggregate", "window"}, kinds
 
 
-def test_capabilities_kept_and_sufficient_for_another_user(daemon, progs):
+def test_capabilities_kept_and_sufficient_for_another_user(daemon, workloads):
     cap_eff = int(proc_status_field(daemon.pid, "CapEff"), 16)
     assert cap_eff == KEPT_CAPS, f"CapEff {cap_eff:#018x}, want {KEPT_CAPS:#018x}"
-    p = Prog(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "--",
-              LAUNCHER, "--variant", "rt", "--iters", "25", "--wait-signal"], wait=True)
-    progs.append(p)
+    p = Workload(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "--",
+                  LAUNCHER, "--variant", "rt", "--iters", "25", "--wait-signal"])
+    workloads.append(p)
     assert proc_status_field(p.pid, "Uid").split()[0] == "65534"
     daemon.wait_traced(p.pid)
     p.go()
-    assert p.finish() == 25
+    assert p.launched() == 25
     sets = daemon.written_sets(p.pid)
     check_launches_with_chain(daemon, sets, RT_CHAIN, 25)
     # still exactly the kept set after attaching to it
@@ -546,15 +326,15 @@ def test_capabilities_kept_and_sufficient_for_another_user(daemon, progs):
 HOSTILE = ".a b;c'$x*\u00e9"  # 12 bytes: fits the 15 of a comm
 
 
-def test_output_permissions_and_hostile_comm(daemon, progs, tmp_path):
+def test_output_permissions_and_hostile_comm(daemon, workloads, tmp_path):
     assert stat.S_IMODE(os.lstat(daemon.sock).st_mode) == 0o600
     assert stat.S_ISSOCK(os.lstat(daemon.sock).st_mode)
     exe = comm_link(tmp_path / "bin", HOSTILE)
-    p = launcher(progs, "--iters", "15", exe=exe)
+    p = launcher(workloads, "--iters", "15", exe=exe)
     assert Path(f"/proc/{p.pid}/comm").read_bytes().rstrip(b"\n") == HOSTILE.encode()
     daemon.wait_traced(p.pid)
     p.go()
-    assert p.finish() == 15
+    assert p.launched() == 15
     sets = daemon.written_sets(p.pid)
     assert len(sets) == 1, sets
     (name,) = sets
@@ -585,12 +365,12 @@ def wait_log(daemon, pattern, timeout=10):
     return wait_for(lambda: re.search(pattern, daemon.stderr()), timeout, f"log /{pattern}/")
 
 
-def test_sigterm_flushes_every_set(tmp_path_factory, progs, tmp_path):
+def test_sigterm_flushes_every_set(tmp_path_factory, workloads, tmp_path):
     d = own_daemon(tmp_path_factory, "term", include_comm="npterm*")
     try:
-        ended = launcher(progs, "--loop-until-signal", "--sleep-us", "2000",
+        ended = launcher(workloads, "--loop-until-signal", "--sleep-us", "2000",
                          exe=comm_link(tmp_path, "npterm1"))
-        running = launcher(progs, "--loop-until-signal", "--sleep-us", "2000",
+        running = launcher(workloads, "--loop-until-signal", "--sleep-us", "2000",
                            exe=comm_link(tmp_path, "npterm2"))
         for p in (ended, running):
             d.wait_traced(p.pid)
@@ -598,7 +378,7 @@ def test_sigterm_flushes_every_set(tmp_path_factory, progs, tmp_path):
         time.sleep(0.5)
         wid = ctl_ok(d, "start")["window"]["id"]
         time.sleep(0.5)
-        total = ended.finish(signal.SIGUSR2)
+        total = ended.launched(signal.SIGUSR2)
         # SIGTERM at once: the process that just ended is still being read
         rc, took = d.terminate()
         assert rc == 0, d.stderr()[-5000:]
@@ -621,12 +401,12 @@ def test_sigterm_flushes_every_set(tmp_path_factory, progs, tmp_path):
         d.kill()
 
 
-def test_sighup_bad_config_kept_good_config_applied(tmp_path_factory, progs, tmp_path):
+def test_sighup_bad_config_kept_good_config_applied(tmp_path_factory, workloads, tmp_path):
     d = own_daemon(tmp_path_factory, "hup", include_comm="nphup*", exclude_comm="nphupx")
     try:
-        a = launcher(progs, "--loop-until-signal", "--sleep-us", "10000",
+        a = launcher(workloads, "--loop-until-signal", "--sleep-us", "10000",
                      exe=comm_link(tmp_path, "nphupa"))
-        x = launcher(progs, "--loop-until-signal", "--sleep-us", "10000",
+        x = launcher(workloads, "--loop-until-signal", "--sleep-us", "10000",
                      exe=comm_link(tmp_path, "nphupx"))
         d.wait_traced(a.pid)
         wait_log(d, rf"pid {x.pid} \(nphupx\): not selected")
@@ -644,7 +424,7 @@ def test_sighup_bad_config_kept_good_config_applied(tmp_path_factory, progs, tmp
         st = d.status()
         assert d.target(a.pid, st) and not d.target(a.pid, st)["exited"]
         assert d.target(x.pid, st) is None
-        x2 = launcher(progs, "--iters", "1", exe=comm_link(tmp_path, "nphupx"))
+        x2 = launcher(workloads, "--iters", "1", exe=comm_link(tmp_path, "nphupx"))
         wait_log(d, rf"pid {x2.pid} \(nphupx\): not selected")
 
         # a good change: exclude_comm now names the other one
@@ -653,11 +433,11 @@ def test_sighup_bad_config_kept_good_config_applied(tmp_path_factory, progs, tmp
         wait_log(d, "configuration reloaded")
         d.wait_traced(x.pid)
         wait_for(lambda: (t := d.target(a.pid)) is None or t["exited"], 10, "a untraced")
-        a2 = launcher(progs, "--iters", "1", exe=comm_link(tmp_path, "nphupa"))
+        a2 = launcher(workloads, "--iters", "1", exe=comm_link(tmp_path, "nphupa"))
         wait_log(d, rf"pid {a2.pid} \(nphupa\): not selected")
         for p in (x2, a2):
             p.go()
-            p.finish()
+            p.launched()
         rc, _ = d.terminate()
         assert rc == 0, d.stderr()[-5000:]
         d.assert_clean()
@@ -665,12 +445,12 @@ def test_sighup_bad_config_kept_good_config_applied(tmp_path_factory, progs, tmp
         d.kill()
 
 
-def test_filters_leave_unselected_processes_untraced(tmp_path_factory, progs, tmp_path):
+def test_filters_leave_unselected_processes_untraced(tmp_path_factory, workloads, tmp_path):
     d = own_daemon(tmp_path_factory, "filt", include_comm="npfi*", exclude_comm="npfix")
     try:
-        inc = launcher(progs, "--iters", "10", exe=comm_link(tmp_path, "npfia"))
-        exc = launcher(progs, "--iters", "10", exe=comm_link(tmp_path, "npfix"))
-        other = launcher(progs, "--iters", "10")  # comm "launcher": not included
+        inc = launcher(workloads, "--iters", "10", exe=comm_link(tmp_path, "npfia"))
+        exc = launcher(workloads, "--iters", "10", exe=comm_link(tmp_path, "npfix"))
+        other = launcher(workloads, "--iters", "10")  # comm "launcher": not included
         d.wait_traced(inc.pid)
         for p in (exc, other):
             wait_log(d, rf"pid {p.pid} \(\w+\): not selected")
@@ -679,7 +459,7 @@ def test_filters_leave_unselected_processes_untraced(tmp_path_factory, progs, tm
         assert d.target(exc.pid, st) is None and d.target(other.pid, st) is None
         for p in (inc, exc, other):
             p.go()
-            assert p.finish() == 10
+            assert p.launched() == 10
         assert total_launches(d.written_sets(inc.pid)) == 10
         assert d.sets(exc.pid) == {} and d.sets(other.pid) == {}
         rc, _ = d.terminate()
@@ -688,27 +468,6 @@ def test_filters_leave_unselected_processes_untraced(tmp_path_factory, progs, tm
         d.assert_clean()
     finally:
         d.kill()
-
-
-def bpftool(*args):
-    proc = subprocess.run(["bpftool", *args, "-j"], capture_output=True, text=True, timeout=30)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout or "[]")
-
-
-def bpf_objects_of(pid):
-    """(prog ids, link ids) held by pid's file descriptors."""
-    progs, links = set(), set()
-    for info in Path(f"/proc/{pid}/fdinfo").iterdir():
-        try:
-            text = info.read_text()
-        except OSError:
-            continue
-        for m in re.finditer(r"^prog_id:\s*(\d+)", text, re.M):
-            progs.add(int(m[1]))
-        for m in re.finditer(r"^link_id:\s*(\d+)", text, re.M):
-            links.add(int(m[1]))
-    return progs, links
 
 
 UPROBE_EVENTS = Path("/sys/kernel/tracing/uprobe_events")
@@ -721,12 +480,12 @@ def uprobe_events():
         return set()
 
 
-@pytest.mark.skipif(shutil.which("bpftool") is None, reason="needs bpftool")
-def test_kill_9_leaves_no_bpf_behind(tmp_path_factory, progs, tmp_path):
+@needs_tools("bpftool")
+def test_kill_9_leaves_no_bpf_behind(tmp_path_factory, workloads, tmp_path):
     events_before = uprobe_events()
     d = own_daemon(tmp_path_factory, "kill", include_comm="npkill")
     try:
-        p = launcher(progs, "--loop-until-signal", "--sleep-us", "5000",
+        p = launcher(workloads, "--loop-until-signal", "--sleep-us", "5000",
                      exe=comm_link(tmp_path, "npkill"))
         d.wait_traced(p.pid)
         p.go()
@@ -765,7 +524,7 @@ def test_kill_9_leaves_no_bpf_behind(tmp_path_factory, progs, tmp_path):
               f"{len(perf_ours)} perf events, {len(ours_events)} uprobe_events lines gone")
         # the traced program runs on, unaffected
         assert p.proc.poll() is None
-        p.finish(signal.SIGUSR2)
+        p.launched(signal.SIGUSR2)
     finally:
         d.kill()
 
@@ -788,11 +547,11 @@ def run_short_lived(d, exe, count, most=12):
                 assert time.monotonic() - p.started < 20, f"pid {p.pid} not traced"
         for p in list(exiting):
             if p.proc.poll() is not None:
-                assert p.finish() == 5
+                assert p.launched() == 5
                 exiting.remove(p)
         busy = len(waiting) + len(set(targets) - {p.pid for p in waiting})
         while started < count and busy < most:
-            p = Prog([exe, "--variant", "rt", "--iters", "5", "--wait-signal"], wait=True)
+            p = Workload([exe, "--variant", "rt", "--iters", "5", "--wait-signal"])
             waiting.append(p)
             pids.append(p.pid)
             started += 1
@@ -866,7 +625,7 @@ def test_200_short_lived_processes_no_leak(tmp_path_factory, tmp_path):
         d.kill()
 
 
-def test_retention_deletes_oldest_sets_first(tmp_path_factory, progs, tmp_path):
+def test_retention_deletes_oldest_sets_first(tmp_path_factory, workloads, tmp_path):
     d = own_daemon(tmp_path_factory, "ret", include_comm="npret", aggregate="no",
                    max_output_size="1M", formats="none")
     try:
@@ -874,10 +633,10 @@ def test_retention_deletes_oldest_sets_first(tmp_path_factory, progs, tmp_path):
         order = []  # set names, oldest first
         for i in range(5):
             ctl_ok(d, "start")
-            p = launcher(progs, "--iters", "900", exe=exe)
+            p = launcher(workloads, "--iters", "900", exe=exe)
             d.wait_traced(p.pid)
             p.go()
-            assert p.finish() == 900
+            assert p.launched() == 900
             sets = wait_for(lambda: (s := d.sets(p.pid)) and all(s.values()) and s, 20,
                             "the window's set")
             assert len(sets) == 1
@@ -909,13 +668,13 @@ def test_retention_deletes_oldest_sets_first(tmp_path_factory, progs, tmp_path):
         d.kill()
 
 
-def test_formats_of_window_and_aggregate_sets(tmp_path_factory, progs, tmp_path):
+def test_formats_of_window_and_aggregate_sets(tmp_path_factory, workloads, tmp_path):
     """formats = svg,pprof: a window set gets its flame graph and profile (no
     trace.json), an aggregate set too. They are made after window.json (they
     read it), in a child process: waited for here."""
     d = own_daemon(tmp_path_factory, "fmt", include_comm="npfmt", formats="svg,pprof")
     try:
-        p = launcher(progs, "--loop-until-signal", "--sleep-us", "2000",
+        p = launcher(workloads, "--loop-until-signal", "--sleep-us", "2000",
                      exe=comm_link(tmp_path, "npfmt"))
         d.wait_traced(p.pid)
         p.go()
@@ -924,7 +683,7 @@ def test_formats_of_window_and_aggregate_sets(tmp_path_factory, progs, tmp_path)
         time.sleep(0.5)
         ctl_ok(d, "stop")
         time.sleep(0.5)  # launches after the window: a new aggregate set
-        p.finish(signal.SIGUSR2)
+        p.launched(signal.SIGUSR2)
         sets = d.written_sets(p.pid)
         kinds = {name: info["window"]["kind"] for name, info in sets.items()}
         assert sorted(kinds.values()) == ["aggregate", "aggregate", "window"], kinds
@@ -962,7 +721,7 @@ def zombie_children(pid):
     return out
 
 
-def test_converters_told_apart_from_other_children(tmp_path_factory, progs, tmp_path):
+def test_converters_told_apart_from_other_children(tmp_path_factory, workloads, tmp_path):
     """A child the daemon did not start - here one inherited across exec, as `cmd & exec
     ncclprobe daemon` leaves it - is not one of its converters: taking its exit for a
     converter's left the real converter a zombie, uncounted."""
@@ -972,14 +731,14 @@ def test_converters_told_apart_from_other_children(tmp_path_factory, progs, tmp_
     try:
         wait_for(lambda: "sleep" in zombie_children(d.pid).values(), 10,
                  "the inherited child's exit")
-        p = launcher(progs, "--loop-until-signal", "--sleep-us", "2000",
+        p = launcher(workloads, "--loop-until-signal", "--sleep-us", "2000",
                      exe=comm_link(tmp_path, "npreap"))
         d.wait_traced(p.pid)
         p.go()
         ctl_ok(d, "start")
         time.sleep(0.3)
         ctl_ok(d, "stop")
-        p.finish(signal.SIGUSR2)
+        p.launched(signal.SIGUSR2)
         sets = d.written_sets(p.pid)
         for name in sets:
             wait_for(lambda: (d.out / name / "flamegraph.svg").exists(), 20, "the flame graph")
@@ -992,3 +751,56 @@ def test_converters_told_apart_from_other_children(tmp_path_factory, progs, tmp_
         assert "converters still running" not in d.stderr()
     finally:
         d.kill()
+
+
+# ---- the status reply and its schema -------------------------------------------------------
+
+JSON_TYPES = {bool: "boolean", int: "number", float: "number", str: "string", dict: "object",
+              list: "array", type(None): "null"}
+
+
+def status_paths(obj, prefix="", found=None):
+    """{path: {JSON types}} of every field of a reply; an array's elements as "targets[].pid"."""
+    found = {} if found is None else found
+    for key, value in obj.items():
+        path = prefix + key
+        found.setdefault(path, set()).add(JSON_TYPES[type(value)])
+        if isinstance(value, dict):
+            status_paths(value, path + ".", found)
+        elif isinstance(value, list):
+            for element in value:
+                status_paths(element, path + "[].", found)
+    return found
+
+
+def test_status_reply_matches_its_schema(daemon):
+    """`ctl --schema` (the one table the daemon fills and `ctl status` renders) and the reply
+    agree: every field sent is in the schema, of its type, and every field of the schema is
+    sent (a window's own fields while one is open)."""
+    import subprocess  # this test's own: the file's helpers differ between versions
+    proc = subprocess.run([str(NCCLPROBE), "ctl", "--schema"], capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    schema = {f["path"]: f for f in json.loads(proc.stdout)["fields"]}
+    target = subprocess.Popen([str(LAUNCHER), "--variant", "rt", "--loop-until-signal",
+                               "--sleep-us", "5000"], stdout=subprocess.DEVNULL)
+    try:
+        daemon.wait_traced(target.pid)  # targets[] has an element
+        closed = daemon.status()
+        ctl_ok(daemon, "start", "--duration", "60")
+        try:
+            during = daemon.status()
+        finally:
+            ctl_ok(daemon, "stop")
+    finally:
+        target.kill()
+        target.wait()
+    for reply, window_open in ((closed, False), (during, True)):
+        sent = status_paths(reply)
+        for path, types in sent.items():
+            assert path in schema, f"{path} is sent but not in the schema"
+            allowed = {schema[path]["type"]} | ({"null"} if schema[path]["nullable"] else set())
+            assert types <= allowed, (path, types, allowed)
+        missing = [p for p, f in schema.items()
+                   if p not in sent and (window_open or not f["window_open_only"])]
+        assert not missing, f"in the schema, not sent (window open: {window_open}): {missing}"

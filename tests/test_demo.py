@@ -6,7 +6,8 @@ import os
 import re
 import subprocess
 
-from conftest import BUILD, REPO, needs_bpf
+from lib.paths import BUILD, REPO
+from lib.skip import needs_bpf
 
 pytestmark = needs_bpf
 

@@ -10,9 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROGS, Attached, Workload, needs_bpf, run_ncclprobe
-
-USAGE, FAILURE = 2, 1
+from lib.bpf import bpf_objects_of
+from lib.paths import PROGS
+from lib.processes import Workload
+from lib.run import attach_and_go, FAILURE, run_ncclprobe, USAGE
+from lib.skip import needs_bpf
+from lib.synthetic import launch_row, write_recording
 
 
 def dead_pid():
@@ -146,17 +149,6 @@ def ncclprobe_programs_loaded(ids=None):
     return len(found)
 
 
-def programs_held_by(pid):
-    """The BPF program ids held by pid's file descriptors."""
-    ids = set()
-    for info in Path(f"/proc/{pid}/fdinfo").iterdir():
-        try:
-            ids.update(int(m) for m in re.findall(r"^prog_id:\s*(\d+)", info.read_text(), re.M))
-        except OSError:
-            continue
-    return ids
-
-
 @needs_bpf
 def test_target_is_never_blocked_when_ncclprobe_is_killed(tmp_path, workloads):
     """kill -9 of the tracer: the workload runs on and finishes normally, and
@@ -164,11 +156,9 @@ def test_target_is_never_blocked_when_ncclprobe_is_killed(tmp_path, workloads):
     w = Workload([PROGS / "launcher", "--wait-signal", "--iters", "200", "--sleep-us", "2000",
                   "--variant", "rt"])
     workloads.append(w)
-    probe = Attached(tmp_path, [w.pid])
-    probe.wait_attached()
-    w.go()
+    probe, _ = attach_and_go(tmp_path, w)
     time.sleep(0.2)
-    ours = programs_held_by(probe.proc.pid)
+    ours, _ = bpf_objects_of(probe.proc.pid)
     assert ncclprobe_programs_loaded(ours) > 0, "the probes should be attached by now"
     probe.proc.kill()
     probe.proc.wait()
@@ -201,17 +191,12 @@ def test_thread_id_is_refused_with_the_process_id(tmp_path, workloads):
 def damaged(tmp_path_factory):
     """Recording-like directories with damaged files (hand-made: no BPF needed)."""
     root = tmp_path_factory.mktemp("damaged")
-    cut = root / "cut"
-    cut.mkdir()
     stack = {"stack_id": 1, "frames": [{"name": "main"}, {"name": "cudaLaunchKernel"}]}
-    launch = {"ts_ns": 1, "pid": 7, "tid": 7, "comm": "app", "cpu": 0, "api": "cudaLaunchKernel",
-              "kernel": "k", "nested": False, "stack_id": 1}
-    (cut / "stacks.jsonl").write_text(json.dumps(stack) + "\n" + json.dumps(stack)[:20])
-    (cut / "launches.jsonl").write_text(json.dumps(launch) + "\n")
-    (cut / "stacks.ext.folded").write_text("1 app 7 7 0 main;cudaLaunchKernel;[GPU_Kernel]k\n")
-    (cut / "launches.folded").write_text("main;cudaLaunchKernel;[GPU_Kernel]k 1\n")
-    (cut / "merged.folded").write_text("main;cudaLaunchKernel;[GPU_Kernel]k 1\n")
-    (cut / "nccl.jsonl").write_text("")
+    write_recording(root / "cut", launches=[launch_row(1, 1)], nccl=[], files={
+        "stacks.jsonl": json.dumps(stack) + "\n" + json.dumps(stack)[:20],  # the last line cut
+        "stacks.ext.folded": "1 app 7 7 0 main;cudaLaunchKernel;[GPU_Kernel]k\n",
+        "launches.folded": "main;cudaLaunchKernel;[GPU_Kernel]k 1\n",
+        "merged.folded": "main;cudaLaunchKernel;[GPU_Kernel]k 1\n"})
     (root / "bad.folded").write_text("no count here\n\xff\xfe;;; x\n")
     (root / "bad.conf").write_text("no_such_key = 1\n")
     (root / "not-a-socket").write_text("a regular file\n")

@@ -7,8 +7,10 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import PROGS, go_pprof, needs_bpf, record, run_ncclprobe
-from test_merge import ev_kernel, ev_launch, merge, trace_of
+from lib.merge import ev_kernel, ev_launch, merge, trace_of
+from lib.paths import PROGS
+from lib.run import go_pprof, record, run_ncclprobe
+from lib.skip import needs_bpf
 
 DERIVED = {"pprof": ["profile.pb.gz"], "perfetto": ["trace.json"], "svg": ["flamegraph.svg"]}
 LAUNCHER = [PROGS / "launcher", "--variant", "rt", "--iters", "7"]

@@ -20,13 +20,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import NCCLPROBE, PROGS, needs_bpf, needs_real_cudart, run_ncclprobe, thread_lines
-from test_daemon import (CUDART, LATE_CHAIN, LATE_LOADER, LAUNCHER, RT_CHAIN, Daemon, Prog,
-                         check_launches_with_chain, comm_link, launcher, progs, wait_for)
+from lib.daemon import (CUDART, LATE_CHAIN, LATE_LOADER, LAUNCHER, RT_CHAIN, Daemon,
+                        check_launches_with_chain, comm_link, launcher)
+from lib.folded import folded_rows
+from lib.jsonl import read_jsonl
+from lib.paths import NCCLPROBE, PROGS
+from lib.processes import Workload, thread_lines
+from lib.run import run_ncclprobe
+from lib.skip import needs_bpf, needs_real_cudart
 
 pytestmark = [needs_bpf, needs_real_cudart]
-
-__all__ = ["progs"]  # the fixture, used by name
 
 # Runs "$@" in a mount namespace of its own where tracefs and debugfs are not mounted,
 # whatever the host has; exec keeps the pid.
@@ -45,7 +48,7 @@ def fstypes(pid="self"):
 
 
 @pytest.mark.parametrize("discovery", ["tp_btf", "tracefs"])
-def test_daemon_finds_and_traces_processes_without_tracefs(tmp_path_factory, progs, tmp_path,
+def test_daemon_finds_and_traces_processes_without_tracefs(tmp_path_factory, workloads, tmp_path,
                                                            discovery):
     """tp_btf: the default, which needs no tracefs at all. tracefs: the fallback (forced
     here), which mounts tracefs in a child's private namespace for the tracepoint ids and
@@ -61,16 +64,17 @@ def test_daemon_finds_and_traces_processes_without_tracefs(tmp_path_factory, pro
         assert not daemon_types & {"tracefs", "debugfs"}, daemon_types
         assert d.status()["discovery"]["mode"] == discovery
         # a process started now (its libraries mapped at exec) ...
-        p = launcher(progs, "--iters", "25", exe=comm_link(tmp_path, "npfresh"))
+        p = launcher(workloads, "--iters", "25", exe=comm_link(tmp_path, "npfresh"))
         d.wait_traced(p.pid)
         p.go()
-        assert p.finish() == 25
+        assert p.launched() == 25
         check_launches_with_chain(d, d.written_sets(p.pid), RT_CHAIN, 25)
         # ... and one that dlopen()s libcudart later (seen at its mmap)
-        q = Prog([late, "--no-wait", "--settle-ms", "1000", "--iters", "15", CUDART])
-        progs.append(q)
+        q = Workload([late, "--no-wait", "--settle-ms", "1000", "--iters", "15", CUDART],
+                     wait=False)
+        workloads.append(q)
         d.wait_traced(q.pid)
-        assert q.finish() == 15
+        assert q.launched() == 15
         check_launches_with_chain(d, d.written_sets(q.pid), LATE_CHAIN, 15)
         assert not fstypes(d.pid) & {"tracefs", "debugfs"}
         rc, _ = d.terminate()
@@ -153,8 +157,7 @@ def test_disk_full_keeps_aggregates_and_cuts_at_a_record_boundary(tmp_path):
     assert files["cut_reason"] == os.strerror(28)  # ENOSPC
     # the aggregates count every launch
     for name in ("launches.folded", "merged.folded"):
-        total = sum(int(line.rsplit(" ", 1)[1])
-                    for line in (kept / name).read_text().splitlines())
+        total = sum(weight for _, weight in folded_rows(kept / name))
         assert total == launched, name
     # the per-launch files: whole records only, each one valid
     written = 0
@@ -167,9 +170,8 @@ def test_disk_full_keeps_aggregates_and_cuts_at_a_record_boundary(tmp_path):
             else:
                 assert len(line.split(" ", 5)) == 6, line
     assert written == files["records_written"]
-    launches = [json.loads(x) for x in (kept / "launches.jsonl").read_text().splitlines()]
-    stack_ids = {json.loads(x)["stack_id"] for x in
-                 (kept / "stacks.jsonl").read_text().splitlines()}
+    launches = read_jsonl(kept / "launches.jsonl")
+    stack_ids = {s["stack_id"] for s in read_jsonl(kept / "stacks.jsonl")}
     assert launches and all(l["stack_id"] in stack_ids for l in launches)
     assert not (kept / ".ncclprobe-reserve").exists()
     # what was recorded still converts
@@ -215,8 +217,7 @@ def test_lowered_perf_event_max_stack_is_said_and_marked(tmp_path):
                               deep, "--depth", "40"], timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "perf_event_max_stack is 12" in proc.stderr, proc.stderr
-    stacks = [line.rsplit(" ", 1)[0].split(";")
-              for line in (tmp_path / "rec" / "launches.folded").read_text().splitlines()]
+    stacks = [stack.split(";") for stack, _ in folded_rows(tmp_path / "rec" / "launches.folded")]
     assert stacks and all(s[0] == "[truncated]" and len(s) <= 14 for s in stacks), stacks
 
 

@@ -19,42 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import NCCLPROBE, PROGS, PROGS_ENV, BUILD, REPO, interpreters, needs_bpf
-
-CUPTI_LIB = BUILD / "libncclprobe_cupti.so"
-APP = PROGS / "cupti_app"
-
-needs_replay = pytest.mark.skipif(
-    PROGS_ENV.get("HAVE_CUPTI_REPLAY") != "1" or not CUPTI_LIB.exists(),
-    reason="needs the CUDA toolkit (cupti_app, libcupti_replay.so, libncclprobe_cupti.so)")
+from lib.cupti_app import APP, record_cupti_app, record_py_cupti, truth
+from lib.folded import ext_rows, folded_totals, gpu_leaf
+from lib.jsonl import outer_launches
+from lib.paths import CUPTI_LIB, NCCLPROBE
+from lib.processes import interpreters
+from lib.run import run_ncclprobe
+from lib.skip import needs_bpf, needs_replay
 
 pytestmark = [needs_bpf, needs_replay]
-
-
-def record(tmp_path, app_args, extra=(), env=None, timeout=90):
-    out = tmp_path / "rec"
-    sock = tmp_path / "cupti.sock"
-    expect = tmp_path / "expect.jsonl"
-    cmd = [str(NCCLPROBE), "record", "-o", str(out), "--cupti-socket", str(sock), *extra, "--",
-           str(APP), "--injection", str(CUPTI_LIB), "--expect", str(expect), *app_args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
-    assert proc.returncode == 0, proc.stderr
-    return out, expect, proc
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-
-
-def truth(expect):
-    rows = read_jsonl(expect)
-    def is_launch(r):
-        return "Launch" in r.get("api", "")
-    launches = [r for r in rows if is_launch(r)]
-    orphans = [r for r in rows if "api" in r and not is_launch(r)]
-    dropped = sum(r.get("dropped", 0) for r in rows)
-    return launches, orphans, dropped
 
 
 def gpu_view(records):
@@ -66,7 +39,7 @@ def gpu_view(records):
 
 def check_launches(out, expect):
     launches, _, _ = truth(expect)
-    got = [r for r in read_jsonl(out / "launches.jsonl") if not r["nested"]]
+    got = outer_launches(out)
     assert len(got) == len(launches)
     by_key = {(r["tid"], tuple(r["grid"])): r for r in got if "grid" in r}
     graph = [r for r in got if r["api"].startswith("cudaGraphLaunch")]
@@ -85,33 +58,16 @@ def check_launches(out, expect):
     return got
 
 
-def parse_folded(path):
-    out = {}
-    for line in Path(path).read_text().splitlines():
-        stack, _, weight = line.rpartition(" ")
-        out[stack] = out.get(stack, 0) + int(weight)
-    return out
-
-
-def leaf_of(rec):
-    if rec["type"] == "kernel":
-        return "[GPU_Kernel]" + rec["name"]
-    if rec["type"] == "memcpy":
-        return "[GPU_Memcpy]" + rec["copy_kind"]
-    return "[GPU_Memset]"
-
-
 def check_merged(out, expect):
     """merged.* from the truth: each launch's CPU stack (stacks.jsonl, by
     the launch's stack_id) with one leaf per scripted record; records no
     launch made under [no launch stack]."""
     launches, orphans, _ = truth(expect)
-    got_launches = [r for r in read_jsonl(out / "launches.jsonl") if not r["nested"]]
+    got_launches = outer_launches(out)
     # the CPU stack of each launch, as stacks.ext.folded wrote it (by tid and time)
     ext = {}
-    for line in (out / "stacks.ext.folded").read_text().splitlines():
-        fields = line.split(" ", 5)
-        ext[(int(fields[3]), int(fields[0]))] = fields[5].rpartition(";[GPU_Kernel]")[0]
+    for ts, _, _, tid, _, frames in ext_rows(out / "stacks.ext.folded"):
+        ext[(tid, ts)] = ";".join(frames).rpartition(";[GPU_Kernel]")[0]
     stack_of_id = {}
     for r in got_launches:
         for cid in r["correlation_ids"]:
@@ -120,19 +76,19 @@ def check_merged(out, expect):
     for want in launches:
         stack = stack_of_id[want["correlation_id"]]
         for rec in want["gpu"]:
-            want_count[stack + ";" + leaf_of(rec)] += 1
-            want_ns[stack + ";" + leaf_of(rec)] += rec["end_ns"] - rec["start_ns"]
+            want_count[stack + ";" + gpu_leaf(rec)] += 1
+            want_ns[stack + ";" + gpu_leaf(rec)] += rec["end_ns"] - rec["start_ns"]
     for o in orphans:
         for rec in o["gpu"]:
-            want_count["[no launch stack];" + leaf_of(rec)] += 1
-            want_ns["[no launch stack];" + leaf_of(rec)] += rec["end_ns"] - rec["start_ns"]
-    assert parse_folded(out / "merged.folded") == dict(want_count)
-    assert parse_folded(out / "merged.gpu_ns.folded") == dict(want_ns)
+            want_count["[no launch stack];" + gpu_leaf(rec)] += 1
+            want_ns["[no launch stack];" + gpu_leaf(rec)] += rec["end_ns"] - rec["start_ns"]
+    assert folded_totals(out / "merged.folded") == dict(want_count)
+    assert folded_totals(out / "merged.gpu_ns.folded") == dict(want_ns)
 
 
 @pytest.mark.parametrize("scenario", ["eager", "graph", "memcpy", "mixed"])
 def test_every_launch_gets_its_gpu_records(tmp_path, scenario):
-    out, expect, _ = record(tmp_path, ["--scenario", scenario, "--iters", "6"])
+    out, expect, _ = record_cupti_app(tmp_path, ["--scenario", scenario, "--iters", "6"])
     check_launches(out, expect)
     check_merged(out, expect)
     gpu = json.loads((out / "summary.json").read_text())["gpu"]
@@ -143,8 +99,8 @@ def test_every_launch_gets_its_gpu_records(tmp_path, scenario):
 
 
 def test_graph_kernels_all_carry_the_graph_launch_stack(tmp_path):
-    out, expect, _ = record(tmp_path, ["--scenario", "graph", "--iters", "3"])
-    merged = parse_folded(out / "merged.folded")
+    out, expect, _ = record_cupti_app(tmp_path, ["--scenario", "graph", "--iters", "3"])
+    merged = folded_totals(out / "merged.folded")
     graph_lines = {s: n for s, n in merged.items() if "cudaGraphLaunch;" in s}
     leaves = sorted(s.rpartition(";")[2] for s in graph_lines)
     assert leaves == ["[GPU_Kernel]graph_node_%d" % i for i in range(1, 6)] + \
@@ -155,8 +111,8 @@ def test_graph_kernels_all_carry_the_graph_launch_stack(tmp_path):
 
 
 def test_out_of_order_buffers_and_dropped_records(tmp_path):
-    out, expect, _ = record(tmp_path, ["--scenario", "mixed", "--iters", "5",
-                                       "--reverse-buffers", "--drop", "7"])
+    out, expect, _ = record_cupti_app(tmp_path, ["--scenario", "mixed", "--iters", "5",
+                                                 "--reverse-buffers", "--drop", "7"])
     check_launches(out, expect)
     check_merged(out, expect)
     summary = json.loads((out / "summary.json").read_text())
@@ -166,8 +122,8 @@ def test_out_of_order_buffers_and_dropped_records(tmp_path):
 
 
 def test_pairing_under_eight_threads_launching_at_once(tmp_path):
-    out, expect, _ = record(tmp_path, ["--scenario", "threads", "--threads", "8",
-                                       "--iters", "40"])
+    out, expect, _ = record_cupti_app(tmp_path, ["--scenario", "threads", "--threads", "8",
+                                                 "--iters", "40"])
     got = check_launches(out, expect)
     assert len(got) == 8 * 40
     assert len({r["tid"] for r in got}) == 8
@@ -180,26 +136,27 @@ def test_pairing_under_eight_threads_launching_at_once(tmp_path):
 def test_launches_wait_then_pending_without_records(tmp_path):
     """No daemon-side records for a launch (the replay drops them all):
     after --gpu-timeout-ms the launch is written as [GPU_Launch_Pending]."""
-    out, expect, _ = record(tmp_path, ["--scenario", "eager", "--iters", "4", "--no-records"],
-                            extra=["--gpu-timeout-ms", "200"])
-    got = [r for r in read_jsonl(out / "launches.jsonl") if not r["nested"]]
+    out, expect, _ = record_cupti_app(tmp_path, ["--scenario", "eager", "--iters", "4",
+                                                 "--no-records"],
+                                      extra=["--gpu-timeout-ms", "200"])
+    got = outer_launches(out)
     assert len(got) == 4 and all(r["gpu_status"] == "pending" for r in got)
-    merged = parse_folded(out / "merged.folded")
+    merged = folded_totals(out / "merged.folded")
     assert sum(n for s, n in merged.items() if s.endswith(";[GPU_Launch_Pending]")) == 4
 
 
 def test_cupti_held_by_another_profiler(tmp_path):
-    out, expect, proc = record(tmp_path, ["--scenario", "eager", "--iters", "3"],
-                               env={"CUPTI_REPLAY_BUSY": "Nsight Systems"})
+    out, expect, proc = record_cupti_app(tmp_path, ["--scenario", "eager", "--iters", "3"],
+                                         env={"CUPTI_REPLAY_BUSY": "Nsight Systems"})
     assert "Nsight Systems" in proc.stderr  # the library's one line and ours
     summary = json.loads((out / "summary.json").read_text())
     cupti = summary["targets"][0]["cupti"]
     assert cupti["status"] == "cupti_busy" and "Nsight Systems" in cupti["message"]
     launches = truth(expect)[0]
-    got = [r for r in read_jsonl(out / "launches.jsonl") if not r["nested"]]
+    got = outer_launches(out)
     assert len(got) == len(launches) > 0
     assert all(r.get("gpu_status", "none") == "none" and not r.get("gpu") for r in got)
-    merged = parse_folded(out / "merged.folded")  # CPU-side kernel names, nothing pending
+    merged = folded_totals(out / "merged.folded")  # CPU-side kernel names, nothing pending
     assert sum(merged.values()) == len(launches)
     assert all(s.rpartition(";")[2] in ("[GPU_Kernel]eager_kernel_a", "[GPU_Kernel]eager_kernel_b")
                for s in merged)
@@ -318,7 +275,7 @@ def test_attach_to_a_running_process_its_library_connects_late(tmp_path):
     app, expect = start_app(tmp_path, ["--scenario", "mixed", "--iters", "4"],
                             {"NCCLPROBE_CUPTI_SOCKET": str(sock)})
     rec, out = attach(tmp_path, app.pid, sock)
-    err = run_attached(app, rec, settle_s=2.5)  # the library retries once a second
+    run_attached(app, rec, settle_s=2.5)  # the library retries once a second
     check_launches(out, expect)
     check_merged(out, expect)
     cupti = json.loads((out / "summary.json").read_text())["targets"][0]["cupti"]
@@ -333,7 +290,7 @@ def test_library_talking_to_another_socket(tmp_path):
                             {"NCCLPROBE_CUPTI_SOCKET": str(tmp_path / "elsewhere.sock")})
     rec, out = attach(tmp_path, app.pid, sock)
     err = run_attached(app, rec, settle_s=1.0)
-    got = [r for r in read_jsonl(out / "launches.jsonl") if not r["nested"]]
+    got = outer_launches(out)
     assert len(got) == len(truth(expect)[0]) > 0
     assert all(r.get("gpu_status", "none") == "none" for r in got)
     summary = json.loads((out / "summary.json").read_text())
@@ -344,15 +301,13 @@ def test_library_talking_to_another_socket(tmp_path):
 
 def test_cupti_option_injects_the_library_into_the_command(tmp_path):
     sock = tmp_path / "c.sock"
-    proc = subprocess.run(
-        [str(NCCLPROBE), "record", "--cupti", "-o", str(tmp_path / "rec"), "--cupti-socket",
-         str(sock), "--", "/bin/sh", "-c", 'echo "$CUDA_INJECTION64_PATH|$NCCLPROBE_CUPTI_SOCKET"'],
-        capture_output=True, text=True, timeout=60)
+    proc = run_ncclprobe(["record", "--cupti", "-o", tmp_path / "rec", "--cupti-socket", sock,
+                          "--", "/bin/sh", "-c",
+                          'echo "$CUDA_INJECTION64_PATH|$NCCLPROBE_CUPTI_SOCKET"'])
     assert proc.returncode == 0, proc.stderr
     lib, _, path = proc.stdout.strip().partition("|")
     assert Path(lib).resolve() == CUPTI_LIB.resolve() and path == str(sock)
-    bad = subprocess.run([str(NCCLPROBE), "record", "--cupti", "--pid", str(os.getpid())],
-                         capture_output=True, text=True, timeout=60)
+    bad = run_ncclprobe(["record", "--cupti", "--pid", os.getpid()])
     assert bad.returncode == 2 and "--cupti needs -- CMD" in bad.stderr
 
 
@@ -392,17 +347,10 @@ def test_python_lines_weighted_by_gpu_time(tmp_path, python):
     """The whole story on each CPython: a Python line's launches, their
     kernels and GPU time. merged.gpu_ns.folded must give matmul 10 x 1000 ns
     and softmax 20 x 300 ns, each under its own Python frames."""
-    out = tmp_path / "rec"
-    proc = subprocess.run(
-        [str(NCCLPROBE), "record", "-o", str(out), "--cupti-socket", str(tmp_path / "c.sock"),
-         "--", python, str(REPO / "tests/progs/py_cupti.py"), str(CUPTI_LIB),
-         str(PROGS / "libcupti_replay.so")],
-        capture_output=True, text=True, timeout=120,
-        env={**os.environ, "CUDART_PATH": PROGS_ENV.get("CUDART_PATH", "")})
-    assert proc.returncode == 0, proc.stderr
+    out, proc = record_py_cupti(tmp_path, python)
     assert "launches matmul=10 softmax=20" in proc.stdout
-    ns = parse_folded(out / "merged.gpu_ns.folded")
-    count = parse_folded(out / "merged.folded")
+    ns = folded_totals(out / "merged.gpu_ns.folded")
+    count = folded_totals(out / "merged.folded")
     # matmul is called from one line of step(), softmax from two: one stack per line
     want = {"matmul": (1, 10, 10000), "softmax": (2, 10, 3000)}
     for op, (nlines, n, total) in want.items():

@@ -12,15 +12,16 @@ bench/merge_bench.py imports generate_inputs and reference_merge from here.
 
 import json
 import random
-import subprocess
 from collections import Counter
 from decimal import Decimal
 
 import pytest
 
-from conftest import NCCLPROBE
-
-USAGE, FAILURE = 2, 1
+from lib.folded import folded_totals
+from lib.merge import ev_kernel, ev_launch, merge, trace_of
+from lib.paths import NCCLPROBE
+from lib.run import FAILURE, run_ncclprobe, USAGE
+from lib.skip import needs_binary
 
 # ---- the established algorithm ---------------------------------------------------
 
@@ -319,39 +320,7 @@ def generate_inputs(seed, n, tolerance_ms=10.0, namespace=False, graph_fraction=
     return sink
 
 
-# ---- running ncclprobe merge ------------------------------------------------------
-
-class Merge:
-    def __init__(self, proc, out, gpu_ns):
-        self.returncode = proc.returncode
-        self.stdout = proc.stdout
-        self.stderr = proc.stderr
-        self.out_path = out
-        self.text = out.read_text() if out.exists() else None
-        self.gpu_ns = gpu_ns.read_text() if gpu_ns and gpu_ns.exists() else None
-
-
-def merge(tmp_path, cpu_text, trace_text, *args, name="m", gpu_ns=True):
-    """Writes the inputs and runs `ncclprobe merge` on them."""
-    d = tmp_path / name
-    d.mkdir()
-    cpu, trace = d / "stacks.ext.folded", d / "trace.json"
-    out, ns = d / "out.folded", d / "ns.folded"
-    cpu.write_bytes(cpu_text.encode() if isinstance(cpu_text, str) else cpu_text)
-    trace.write_bytes(trace_text.encode() if isinstance(trace_text, str) else trace_text)
-    argv = [NCCLPROBE, "merge", "--cpu", cpu, "--gpu", trace, "-o", out, *args]
-    if gpu_ns:
-        argv += ["--gpu-ns-output", ns]
-    proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=120)
-    return Merge(proc, out, ns if gpu_ns else None)
-
-
-needs_binary = pytest.mark.skipif(not NCCLPROBE.exists(), reason=f"{NCCLPROBE} is not built")
-pytestmark = needs_binary
-
-
-def folded(text):
-    return {line.rsplit(" ", 1)[0]: int(line.rsplit(" ", 1)[1]) for line in text.splitlines()}
+pytestmark = needs_binary(NCCLPROBE)
 
 
 # ---- same bytes as the established tool ------------------------------------------
@@ -382,7 +351,7 @@ def test_output_is_byte_identical_to_the_established_tool(tmp_path, seed, n, tol
     assert ours.returncode == 0, ours.stderr
     assert ours.text == expected
 
-    counts = folded(expected)
+    counts = folded_totals(expected)
     assert any("[GPU_Launch_Pending]" in s for s in counts)
     assert sum(1 for s in counts if "[GPU_Kernel]" in s) > 5
     assert "malformed" not in theirs.stderr or " 0 malformed CPU lines and 0" in theirs.stderr
@@ -413,20 +382,6 @@ def test_frames_are_normalized_like_the_established_tool(tmp_path):
 
 # ---- where ncclprobe differs on purpose ----------------------------------------------
 
-def ev_launch(pid, tid, ts_us, corr, name="cudaLaunchKernel"):
-    return {"name": name, "cat": "CUDA_Runtime", "ph": "X", "pid": pid, "tid": tid,
-            "ts": ts_us, "dur": 3.0, "args": {"correlationId": corr, "cbid": 211}}
-
-
-def ev_kernel(name, ts_us, dur_us, corr, **args):
-    return {"name": name, "cat": "GPU_Kernel", "ph": "X", "pid": 0, "tid": 7, "ts": ts_us,
-            "dur": dur_us, "args": {"correlationId": corr, **args}}
-
-
-def trace_of(*events):
-    return json.dumps({"traceEvents": list(events)})
-
-
 def test_graph_launch_writes_the_stack_once_per_kernel(tmp_path):
     cpu = ("5000000000 p 1 1 0 main;step (train.py:3);cudaGraphLaunch;[GPU_Kernel]<graph x>\n"
            "5001000000 p 1 1 0 main;eager;cudaLaunchKernel\n")
@@ -441,7 +396,7 @@ def test_graph_launch_writes_the_stack_once_per_kernel(tmp_path):
     graph = "main;step (train.py:3);cudaGraphLaunch;[GPU_Kernel]"
     assert m.text == "".join(sorted([f"{graph}{n} 1\n" for n in names] +
                                     ["main;eager;cudaLaunchKernel;[GPU_Kernel]eager_k 1\n"]))
-    assert folded(m.gpu_ns) == {**{graph + n: 1000 * (i + 1) for i, n in enumerate(names)},
+    assert folded_totals(m.gpu_ns) == {**{graph + n: 1000 * (i + 1) for i, n in enumerate(names)},
                                 "main;eager;cudaLaunchKernel;[GPU_Kernel]eager_k": 2000}
     assert "CPU launches: 2 (matched 2, pending 0" in m.stdout
     assert "kernels: 6 (used 6, unused 0)" in m.stdout
@@ -482,7 +437,7 @@ def test_pool_of_events_with_foreign_thread_ids_is_one_to_one(tmp_path):
     cpu, trace = two_threads_1us_apart((4, (5, 6)))
     m = merge(tmp_path, cpu, trace)
     assert m.returncode == 0, m.stderr
-    kernels = sorted(s.rsplit("]", 1)[1] for s in folded(m.text))
+    kernels = sorted(s.rsplit("]", 1)[1] for s in folded_totals(m.text))
     assert kernels == ["kernel_a", "kernel_b"]
     # 5 us apart they are told apart
     cpu5 = cpu.replace("7000001000 w", "7000005000 w")
@@ -530,7 +485,7 @@ def test_gpu_ns_output_weights(tmp_path):
     assert m.returncode == 0, m.stderr
     assert m.gpu_ns == ("main;exact;cudaLaunchKernel;[GPU_Kernel]k_exact 12345\n"
                         "main;from_dur;cudaLaunchKernel;[GPU_Kernel]k_dur 1235\n")
-    assert folded(m.text)["main;from_dur;cudaLaunchKernel;[GPU_Kernel]k_dur"] == 2
+    assert folded_totals(m.text)["main;from_dur;cudaLaunchKernel;[GPU_Kernel]k_dur"] == 2
     assert "main;pending;cudaLaunchKernel;[GPU_Launch_Pending] 1" in m.text
 
 
@@ -640,9 +595,8 @@ def test_missing_inputs_fail_with_one_line(tmp_path):
         paths["--cpu"].write_text("1 w 1 1 0 main;cudaLaunchKernel\n")
         paths["--gpu"].write_text("[]")
         paths[which] = tmp_path / "does-not-exist"
-        proc = subprocess.run([str(NCCLPROBE), "merge", "--cpu", str(paths["--cpu"]), "--gpu",
-                               str(paths["--gpu"]), "-o", str(tmp_path / "out")],
-                              capture_output=True, text=True)
+        proc = run_ncclprobe(["merge", "--cpu", paths["--cpu"], "--gpu", paths["--gpu"],
+                              "-o", tmp_path / "out"])
         assert proc.returncode == FAILURE
         assert proc.stderr.strip() == \
             f"ncclprobe: error: cannot open {tmp_path}/does-not-exist: No such file or directory"
@@ -654,9 +608,8 @@ def test_a_failed_merge_leaves_the_old_output_alone(tmp_path):
     m = merge(tmp_path, "1 w 1 1 0 main;cudaLaunchKernel\n", "[]")
     assert m.returncode == 0 and m.text == "main;cudaLaunchKernel;[GPU_Launch_Pending] 1\n"
     (d / "trace.json").write_text("not json")
-    proc = subprocess.run([str(NCCLPROBE), "merge", "--cpu", str(d / "stacks.ext.folded"),
-                           "--gpu", str(d / "trace.json"), "-o", str(d / "out.folded")],
-                          capture_output=True, text=True)
+    proc = run_ncclprobe(["merge", "--cpu", d / "stacks.ext.folded", "--gpu", d / "trace.json",
+                          "-o", d / "out.folded"])
     assert proc.returncode == FAILURE
     assert (d / "out.folded").read_text() == m.text
     assert sorted(p.name for p in d.iterdir()) == ["ns.folded", "out.folded",
@@ -681,8 +634,7 @@ def test_unwritable_output_fails(tmp_path):
     (["--cpu", "a", "--gpu", "b", "-o", "c", "--gpu-ns-output", "c"], "name the same file"),
 ])
 def test_bad_options_are_usage_errors(tmp_path, args, message):
-    proc = subprocess.run([str(NCCLPROBE), "merge", *args], capture_output=True, text=True,
-                          cwd=tmp_path)
+    proc = run_ncclprobe(["merge", *args], cwd=tmp_path)
     assert proc.returncode == USAGE
     assert message in proc.stderr
     assert "usage: ncclprobe merge" in proc.stderr
@@ -690,7 +642,7 @@ def test_bad_options_are_usage_errors(tmp_path, args, message):
 
 
 def test_help(tmp_path):
-    proc = subprocess.run([str(NCCLPROBE), "merge", "--help"], capture_output=True, text=True)
+    proc = run_ncclprobe(["merge", "--help"])
     assert proc.returncode == 0 and "--tolerance-ms" in proc.stdout
 
 
@@ -753,7 +705,7 @@ def test_launches_without_an_event_do_not_shift_their_neighbours(tmp_path, case,
     m = merge(tmp_path, cpu, trace)
     assert m.returncode == 0, m.stderr
     missing = sum(1 for i in range(200) if not traced(i))
-    counts = folded(m.text)
+    counts = folded_totals(m.text)
     for stack, count in counts.items():
         f, leaf = stack.split(";")[1], stack.split(";")[-1]
         assert leaf in (f"[GPU_Kernel]k{f[1:]}", "[GPU_Launch_Pending]"), (case, stack)

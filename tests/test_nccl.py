@@ -9,14 +9,16 @@ to FAKE_NCCL_LOG, from its own structs: that log is the truth each recorded
 field is compared with."""
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import (PROGS, REPO, Workload, interpreters, needs_bpf, record, record_attached,
-                      thread_lines)
+from lib.jsonl import read_jsonl
+from lib.paths import PROGS, REPO
+from lib.processes import interpreters, thread_lines, Workload
+from lib.run import record, record_attached, run_ncclprobe
+from lib.skip import needs_bpf
 
 pytestmark = needs_bpf
 
@@ -36,7 +38,7 @@ SIZES = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8
 
 def truth(path):
     """The double's log: API calls, communicators by pointer, launches."""
-    lines = [json.loads(line) for line in Path(path).read_text().splitlines()]
+    lines = read_jsonl(path)
     apis, last = [], {}
     for x in lines:
         if x.get("api") not in API_OPS | {"GroupStart", "GroupEnd"}:
@@ -313,7 +315,6 @@ def test_report_on_a_recording(tmp_path):
     """`ncclprobe report` on a real recording: the stacks behind each NCCL
     kernel, counted as the library launched them."""
     rec, apis, comms, launches = record_scenario(tmp_path, "loop", iters=3)
-    from conftest import run_ncclprobe
     out = run_ncclprobe(["report", rec.path, "--json", "--depth", "0"])
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)

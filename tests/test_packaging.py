@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from lib.paths import REPO
+from lib.skip import needs_tools
 
 PACKAGING = REPO / "packaging"
 CUDA_HOME = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
@@ -209,12 +210,7 @@ def test_unit_settings(package):
     assert "User" not in s and "DynamicUser" not in s
 
 
-def have(*tools):
-    missing = [t for t in tools if shutil.which(t) is None]
-    return pytest.mark.skipif(bool(missing), reason=f"{', '.join(missing)} not installed")
-
-
-@have("systemd-analyze", "man")
+@needs_tools("systemd-analyze", "man")
 def test_unit_verifies(package, tmp_path):
     """systemd-analyze verify checks that ExecStart's program exists on this
     machine, where the package is not installed: the extracted unit is
@@ -231,7 +227,7 @@ def test_unit_verifies(package, tmp_path):
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
 
 
-@have("systemd-analyze")
+@needs_tools("systemd-analyze")
 def test_unit_security_exposure(package):
     proc = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--no-pager",
                            str(package.path(UNIT))], capture_output=True, text=True, timeout=60)
@@ -252,7 +248,7 @@ def help_options(binary, command):
     return options
 
 
-@have("man", "groff")
+@needs_tools("man", "groff")
 def test_man_page(package, tmp_path):
     page = package.path("/usr/share/man/man8/ncclprobe.8.gz")
     env = {**os.environ, "LC_ALL": "C.UTF-8", "MANROFFSEQ": "", "MANWIDTH": "80"}
@@ -290,7 +286,7 @@ def test_man_page(package, tmp_path):
         assert name in text
 
 
-@have("systemd-tmpfiles")
+@needs_tools("systemd-tmpfiles")
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (tmpfiles chowns to root)")
 def test_tmpfiles_creates_directories(package, tmp_path):
     root = tmp_path / "root"

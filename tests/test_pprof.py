@@ -12,41 +12,42 @@ nested and malformed lines, and a daemon aggregate set with only the folded
 files.
 
 Recordings are checked through the profile.pb.gz `record` wrote (its
-default --format); hand-made directories through the writer alone
-(build/pprof_cli, tests/unit/pprof_cli.c)."""
+default --format); hand-made directories through `ncclprobe convert DIR
+--format pprof`."""
 
 import gzip
 import json
 import re
-import subprocess
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-from conftest import (BUILD, GO, go_pprof, made_by_record, PROGS, PROGS_ENV, REPO, interpreters, needs_bpf, needs_real_cudart,
-                      record)
-from test_gpu_join import leaf_of, truth
+from lib.cupti_app import record_cupti_app, truth
+from lib.folded import PY_FRAME, gpu_leaf, totals_by_leaf
+from lib.jsonl import outer_launches, read_stacks
+from lib.paths import NCCLPROBE, PROGS, REPO
+from lib.processes import interpreters
+from lib.run import convert, GO, go_pprof, made_by_record, record
+from lib.skip import needs_binary, needs_bpf, needs_real_cudart, needs_replay
+from lib.synthetic import gpu_record, launch_row, write_recording
 
-PPROF_CLI = BUILD / "pprof_cli"
-CUPTI_LIB = BUILD / "libncclprobe_cupti.so"
 FAKE_NCCL = PROGS / "libfakenccl.so"
 
-pytestmark = pytest.mark.skipif(GO is None, reason="no `go` (go tool pprof reads the profiles)")
+pytestmark = [pytest.mark.skipif(GO is None, reason="no `go` (go tool pprof reads the profiles)"),
+              needs_binary(NCCLPROBE)]
 
 
 def profile_of(rec_dir):
     """rec_dir/profile.pb.gz: in a recording, the one `record` wrote (its
-    default --format); in a directory a test made by hand, written by the
-    pprof writer's driver."""
+    default --format); in a directory a test made by hand, written by
+    `ncclprobe convert --format pprof`."""
     if made_by_record(rec_dir):
         path = Path(rec_dir) / "profile.pb.gz"
         assert path.exists(), "record did not write profile.pb.gz"
         return path
-    if not PPROF_CLI.exists():
-        pytest.skip(f"{PPROF_CLI} is not built (make BUILD={BUILD} {PPROF_CLI})")
-    proc = subprocess.run([str(PPROF_CLI), str(rec_dir)], capture_output=True, text=True,
-                          timeout=60)
+    proc = convert(rec_dir, "pprof")
     assert proc.returncode == 0, proc.stderr
     path = Path(rec_dir) / "profile.pb.gz"
     assert path.exists()
@@ -132,14 +133,6 @@ def leaf_totals(r, index):
 
 # ---- what the recording says -------------------------------------------------------------------
 
-def jsonl(path):
-    return [json.loads(line) for line in Path(path).read_text(errors="surrogateescape")
-            .splitlines() if line.strip()]
-
-
-PY_FRAME = re.compile(r"^(.+) \((.+?)(?::(-?\d+))?\)$")
-
-
 def trace_name(frame, lines=False):
     """A stacks.jsonl frame as `pprof -traces` prints it."""
     if frame.endswith(" [inlined]"):
@@ -150,14 +143,6 @@ def trace_name(frame, lines=False):
             return f"{m.group(1)} {m.group(2)}:{m.group(3)}"
         return m.group(1) if not lines else f"{m.group(1)} {m.group(2)}"
     return frame
-
-
-def gpu_leaf(g):
-    if g["type"] == "kernel":
-        return "[GPU_Kernel]" + g["name"]
-    if g["type"] == "memcpy":
-        return "[GPU_Memcpy]" + g["copy_kind"]
-    return "[GPU_Memset]" if g["type"] == "memset" else f"[GPU_{g['type']}]"
 
 
 def launch_leaf(launch):
@@ -184,27 +169,12 @@ def launch_labels(launch, frames):
 
 def expected_traces(rec_dir, lines=False):
     """What `pprof -traces` must show for a recording, from its JSON files."""
-    stacks = {s["stack_id"]: s["frames"] for s in jsonl(Path(rec_dir) / "stacks.jsonl")}
+    stacks = read_stacks(rec_dir)
     out = Counter()
-    for launch in jsonl(Path(rec_dir) / "launches.jsonl"):
-        if launch["nested"]:
-            continue
+    for launch in outer_launches(rec_dir):
         frames = stacks[launch["stack_id"]]
         names = [launch_leaf(launch)] + [trace_name(f, lines) for f in reversed(frames)]
         out[(tuple(names), launch_labels(launch, frames))] += 1
-    return out
-
-
-def outer_launches(rec_dir):
-    return [x for x in jsonl(Path(rec_dir) / "launches.jsonl") if not x["nested"]]
-
-
-def folded_totals(path):
-    """A folded file as {leaf: summed value}."""
-    out = Counter()
-    for line in Path(path).read_text(errors="surrogateescape").splitlines():
-        stack, value = line.rsplit(" ", 1)
-        out[stack.split(";")[-1]] += int(value)
     return out
 
 
@@ -265,7 +235,7 @@ def test_python_frames_with_files_and_lines(tmp_path):
 
 
 @needs_bpf
-@pytest.mark.skipif(not FAKE_NCCL.exists(), reason=f"{FAKE_NCCL} is not built")
+@needs_binary(FAKE_NCCL)
 @pytest.mark.parametrize("scenario", ["loop", "two-comms", "symmetric", "ce"])
 def test_nccl_launches_labelled_with_op_and_communicator(tmp_path, scenario):
     rec = record(tmp_path, ["--", PROGS / "nccl_user", "--scenario", scenario, "--iters", 2,
@@ -288,59 +258,34 @@ def test_nccl_launches_labelled_with_op_and_communicator(tmp_path, scenario):
 
 
 @needs_bpf
-@pytest.mark.skipif(PROGS_ENV.get("HAVE_CUPTI_REPLAY") != "1" or not CUPTI_LIB.exists(),
-                    reason="needs the CUPTI test double and libncclprobe_cupti.so")
+@needs_replay
 @pytest.mark.parametrize("scenario", ["mixed", "eager"])
 def test_gpu_time_from_cupti_records(tmp_path, scenario):
     """GPU records through the CUPTI test double: gpu_time per GPU leaf equals
     merged.gpu_ns.folded's (record's own GPU flame graph), launches stay launches."""
-    out = tmp_path / "rec"
-    proc = subprocess.run(
-        [str(BUILD / "ncclprobe"), "record", "-o", str(out), "--cupti-socket",
-         str(tmp_path / "c.sock"), "--", str(PROGS / "cupti_app"), "--injection", str(CUPTI_LIB),
-         "--expect", str(tmp_path / "expect.jsonl"), "--scenario", scenario, "--iters", "3"],
-        capture_output=True, text=True, timeout=90)
-    assert proc.returncode == 0, proc.stderr
+    out, expect, _ = record_cupti_app(tmp_path, ["--scenario", scenario, "--iters", "3"])
     profile = profile_of(out)
     r = raw(tmp_path, profile)
     assert r["types"] == ["launches/count", "gpu_time/nanoseconds"]
-    assert leaf_totals(r, 1) == folded_totals(out / "merged.gpu_ns.folded")
+    assert leaf_totals(r, 1) == totals_by_leaf(out / "merged.gpu_ns.folded")
     # and from the truth: the GPU records the app scripted, by leaf
-    launches, orphans, _ = truth(tmp_path / "expect.jsonl")
+    launches, orphans, _ = truth(expect)
     scripted = Counter()
     for row in launches + orphans:
         for g in row.get("gpu", []):
-            scripted[leaf_of(g)] += g["end_ns"] - g["start_ns"]
+            scripted[gpu_leaf(g)] += g["end_ns"] - g["start_ns"]
     assert leaf_totals(r, 1) == dict(scripted)
     assert sum(v[0] for v, _ in r["samples"]) == len(outer_launches(out))
     assert traces(tmp_path, profile) == expected_traces(out)
     top = go_pprof(tmp_path, "-top", "-sample_index=gpu_time", "-unit=ns", profile)
-    total = sum(folded_totals(out / "merged.gpu_ns.folded").values())
+    total = sum(totals_by_leaf(out / "merged.gpu_ns.folded").values())
     assert f"Total samples = {total}ns" in top, top
 
 
 # ---- hand-made directories -----------------------------------------------------------------------
 
-def write_jsonl(path, rows):
-    """Rows of dicts, or raw bytes lines (for bytes JSON cannot say)."""
-    with open(path, "wb") as f:
-        for row in rows:
-            f.write(row if isinstance(row, bytes) else json.dumps(row).encode())
-            f.write(b"\n")
-
-
-def launch(ts, stack_id, kernel="k", **more):
-    return {"ts_ns": ts, "pid": 42, "tid": 43, "comm": "trainer", "cpu": 0,
-            "api": "cudaLaunchKernel", "kernel": kernel, "nested": False, "stack_id": stack_id,
-            **more}
-
-
-def gpu(name, start, end, type_="kernel", **more):
-    g = {"type": type_, "correlation_id": 1, "start_ns": start, "end_ns": end, "device": 0,
-         "stream": 7, "graph_id": 0, **more}
-    if type_ == "kernel":
-        g["name"] = name
-    return g
+# the launches of the hand-made directories: pid 42, thread 43 named "trainer"
+launch = partial(launch_row, pid=42, tid=43, comm="trainer")
 
 
 HOSTILE = [b'quote"d', b"a<b>&amp;c", b"semi;colon", b"bad\xffbyte\xfe", b"tab\\tand\\\\slash",
@@ -348,13 +293,12 @@ HOSTILE = [b'quote"d', b"a<b>&amp;c", b"semi;colon", b"bad\xffbyte\xfe", b"tab\\
 
 
 def test_hostile_frame_names_stay_decodable(tmp_path):
-    d = tmp_path / "hostile"
-    d.mkdir()
     frames = b"[" + b",".join(b'"' + f.replace(b'"', b'\\"') + b'"' for f in HOSTILE) + b"]"
-    write_jsonl(d / "stacks.jsonl", [b'{"stack_id":1,"frames":' + frames + b"}"])
-    write_jsonl(d / "launches.jsonl", [
-        json.dumps(launch(100, 1)).encode().replace(b'"trainer"', b'"tr\xffainer"')
-        .replace(b'"k"', b'"ker<&>\\"nel\xfe"')] * 3)
+    d = write_recording(tmp_path / "hostile",
+                        stacks=[b'{"stack_id":1,"frames":' + frames + b"}"],
+                        launches=[json.dumps(launch(100, 1)).encode()
+                                  .replace(b'"trainer"', b'"tr\xffainer"')
+                                  .replace(b'"k"', b'"ker<&>\\"nel\xfe"')] * 3)
     profile = profile_of(d)
     got = traces(tmp_path, profile)
     [(frames, labels)] = got
@@ -372,11 +316,9 @@ def test_hostile_frame_names_stay_decodable(tmp_path):
 
 
 def test_locations_give_mappings_lines_and_inlined_frames(tmp_path):
-    d = tmp_path / "locs"
-    d.mkdir()
     lib = {"module": "/opt/app/libtrain.so", "build_id": "0123456789abcdef"}
     exe = {"module": "/opt/app/trainer", "build_id": "feedface"}
-    write_jsonl(d / "stacks.jsonl", [{
+    d = write_recording(tmp_path / "locs", stacks=[{
         "stack_id": 5,
         "frames": ["main", "train", "step [inlined]", "launch", "[libtrain.so+0x99]",
                    "cudaLaunchKernel"],
@@ -385,8 +327,8 @@ def test_locations_give_mappings_lines_and_inlined_frames(tmp_path):
                       {**lib, "offset": "0x2200", "file": "/src/step.h", "line": 3},
                       {**lib, "offset": "0x2300", "file": "/src/train.c", "line": 44},
                       {**lib, "offset": "0x99"},
-                      {}]}])
-    write_jsonl(d / "launches.jsonl", [launch(100 + i, 5) for i in range(4)])
+                      {}]}],
+        launches=[launch(100 + i, 5) for i in range(4)])
     profile = profile_of(d)
     r = raw(tmp_path, profile)
     by_name = {}
@@ -411,30 +353,30 @@ def test_locations_give_mappings_lines_and_inlined_frames(tmp_path):
 
 
 def test_graph_pending_unmatched_nested_and_malformed_lines(tmp_path):
-    d = tmp_path / "gpu"
-    d.mkdir()
-    write_jsonl(d / "stacks.jsonl", [{"stack_id": 1, "frames": ["main", "cudaGraphLaunch"]},
-                                     {"stack_id": 2, "frames": ["main", "cudaLaunchKernel"]}])
-    graph = [gpu("node_a", 1000, 1600), gpu("node_b", 1700, 1900),
-             gpu(None, 2000, 2500, "memcpy", copy_kind="HtoD")]
-    write_jsonl(d / "launches.jsonl", [
-        launch(100, 1, "<graph cudaGraphLaunch>", gpu_status="matched", gpu=graph),
-        launch(200, 2, "k1", gpu_status="matched", gpu=[gpu("k1", 3000, 3100)]),
-        launch(210, 2, "k1", gpu_status="matched", gpu=[gpu("k1", 3200, 3400)]),
-        launch(220, 2, "k1", api="cuLaunchKernel", nested=True),  # inside the one before
-        launch(300, 2, "k1", gpu_status="pending"),
-        launch(310, 2, "k1", gpu_status="none"),
-        b'{"ts_ns": 1, "this line is": broken',
-        launch(400, 99, "k2"),  # a stack stacks.jsonl does not have
-    ])
-    write_jsonl(d / "gpu_unmatched.jsonl", [gpu(None, 5000, 5800, "memset")])
-    (d / "summary.json").write_text(json.dumps({"start_time_unix_ns": 1.7e18, "duration_s": 2}))
-    if not PPROF_CLI.exists():
-        pytest.skip(f"{PPROF_CLI} is not built")
-    proc = subprocess.run([str(PPROF_CLI), str(d)], capture_output=True, text=True)
-    assert proc.returncode == 0 and "1 malformed line" in proc.stderr, proc.stderr
+    graph = [gpu_record("kernel", 1000, 1600, "node_a"),
+             gpu_record("kernel", 1700, 1900, "node_b"),
+             gpu_record("memcpy", 2000, 2500, copy_kind="HtoD")]
+    d = write_recording(
+        tmp_path / "gpu", stacks={1: ["main", "cudaGraphLaunch"], 2: ["main", "cudaLaunchKernel"]},
+        launches=[
+            launch(100, 1, "<graph cudaGraphLaunch>", gpu=graph),
+            launch(200, 2, "k1", gpu=[gpu_record("kernel", 3000, 3100, "k1")]),
+            launch(210, 2, "k1", gpu=[gpu_record("kernel", 3200, 3400, "k1")]),
+            launch(220, 2, "k1", api="cuLaunchKernel", nested=True),  # inside the one before
+            launch(300, 2, "k1", gpu_status="pending"),
+            launch(310, 2, "k1", gpu_status="none"),
+            b'{"ts_ns": 1, "this line is": broken',
+            launch(400, 99, "k2"),  # a stack stacks.jsonl does not have
+        ],
+        unmatched=[gpu_record("memset", 5000, 5800)],
+        summary={"start_time_unix_ns": 1.7e18, "duration_s": 2})
+    proc = convert(d, "pprof")
+    # the broken line is an "error:", so the command exits 1 (the CLI's rule), yet the
+    # profile is written from every other line
+    assert proc.returncode == 1 and "1 malformed line" in proc.stderr, proc.stderr
     assert "stack_id" in proc.stderr  # the unknown stack is said too
-    profile = profile_of(d)
+    profile = d / "profile.pb.gz"
+    assert profile.exists()
     r = raw(tmp_path, profile)
     assert r["types"] == ["launches/count", "gpu_time/nanoseconds"]
     assert leaf_totals(r, 0) == {"[GPU_Kernel]<graph cudaGraphLaunch>": 1, "[GPU_Kernel]k1": 3,
@@ -451,24 +393,23 @@ def test_graph_pending_unmatched_nested_and_malformed_lines(tmp_path):
 
 
 def test_daemon_aggregate_set_from_folded_files(tmp_path):
-    d = tmp_path / "gpu17-4242-python3-20261122T161107Z"
-    d.mkdir()
-    (d / "merged.folded").write_text(
-        "main;train (train.py:40);step (model.py:7);cudaLaunchKernel;[GPU_Kernel]gemm 30\n"
-        "main;train (train.py:41);std::function<void ()>::operator();(anonymous namespace)::run;"
-        "cudaLaunchKernel;[GPU_Kernel]softmax<float> 12\n"
-        "main;nccl_step;ncclLaunchKernel;[NCCL]AllReduce;[GPU_Kernel]ncclDevKernel_Generic 5\n"
-        "[no launch stack];[GPU_Memcpy]HtoD 2\n"
-        "this line has no count\n")
-    (d / "merged.gpu_ns.folded").write_text(
-        "main;train (train.py:40);step (model.py:7);cudaLaunchKernel;[GPU_Kernel]gemm 90000\n"
-        "[no launch stack];[GPU_Memcpy]HtoD 700\n")
-    (d / "launches.folded").write_text("main;cudaLaunchKernel;[GPU_Kernel]gemm 30\n")
-    (d / "window.json").write_text(json.dumps({
-        "format_version": 1,
-        "process": {"pid": 4242, "ns_pid": 7, "comm": "python3", "exe": "/usr/bin/python3"},
-        "window": {"kind": "aggregate", "start_unix_ns": 1795000000000000000,
-                   "end_unix_ns": 1795000060000000000}}))
+    d = write_recording(tmp_path / "gpu17-4242-python3-20261122T161107Z", files={
+        "merged.folded":
+            "main;train (train.py:40);step (model.py:7);cudaLaunchKernel;[GPU_Kernel]gemm 30\n"
+            "main;train (train.py:41);std::function<void ()>::operator();"
+            "(anonymous namespace)::run;cudaLaunchKernel;[GPU_Kernel]softmax<float> 12\n"
+            "main;nccl_step;ncclLaunchKernel;[NCCL]AllReduce;[GPU_Kernel]ncclDevKernel_Generic 5\n"
+            "[no launch stack];[GPU_Memcpy]HtoD 2\n"
+            "this line has no count\n",
+        "merged.gpu_ns.folded":
+            "main;train (train.py:40);step (model.py:7);cudaLaunchKernel;[GPU_Kernel]gemm 90000\n"
+            "[no launch stack];[GPU_Memcpy]HtoD 700\n",
+        "launches.folded": "main;cudaLaunchKernel;[GPU_Kernel]gemm 30\n",
+        "window.json": json.dumps({
+            "format_version": 1,
+            "process": {"pid": 4242, "ns_pid": 7, "comm": "python3", "exe": "/usr/bin/python3"},
+            "window": {"kind": "aggregate", "start_unix_ns": 1795000000000000000,
+                       "end_unix_ns": 1795000060000000000}})})
     profile = profile_of(d)
     r = raw(tmp_path, profile)
     assert r["types"] == ["launches/count", "gpu_time/nanoseconds"]
@@ -488,9 +429,7 @@ def test_daemon_aggregate_set_from_folded_files(tmp_path):
 
 
 def test_a_directory_without_launches_is_refused(tmp_path):
-    if not PPROF_CLI.exists():
-        pytest.skip(f"{PPROF_CLI} is not built")
-    proc = subprocess.run([str(PPROF_CLI), str(tmp_path)], capture_output=True, text=True)
+    proc = convert(tmp_path, "pprof")
     assert proc.returncode == 1
     assert "neither launches.jsonl nor merged.folded" in proc.stderr
     assert not (tmp_path / "profile.pb.gz").exists()

@@ -14,9 +14,12 @@ import subprocess
 
 import pytest
 
-from conftest import BUILD, interpreters
+from lib.paths import BUILD
+from lib.processes import interpreters
+from lib.skip import needs_binary
 
 PYLINE_CHECK = BUILD / "pyline_check"
+pytestmark = needs_binary(PYLINE_CHECK)
 
 # Run by each interpreter: prints "FORMAT FIRSTLINENO HEXTABLE ADDR LINE" lines
 # for pyline_check on stdout, and what it covered as JSON on stderr.
@@ -146,8 +149,6 @@ sys.stderr.write(json.dumps(stats) + "\n")
 '''
 
 
-@pytest.mark.skipif(not PYLINE_CHECK.exists(),
-                    reason=f"{PYLINE_CHECK} is not built (make {PYLINE_CHECK})")
 @pytest.mark.parametrize("python", interpreters())
 def test_line_tables_match_the_interpreter(python):
     oracle = subprocess.run([python, "-c", ORACLE], capture_output=True, timeout=60)
@@ -170,8 +171,6 @@ def test_checker_reports_a_wrong_line():
     """The checker itself: right on a hand-made 3.10 table (4 bytes of code on
     firstlineno+1, 4 on the line 2 below that, then 128 bytes with no line),
     failing on a wrong answer, refusing bad input."""
-    if not PYLINE_CHECK.exists():
-        pytest.skip(f"{PYLINE_CHECK} is not built")
     lines = "".join(f"310 10 {table} {addr} {line}\n" for table, addr, line in [
         ("040104028080", -2, 10), ("=", 0, 11), ("=", 2, 11), ("=", 4, 13), ("=", 6, 13),
         ("=", 8, -1), ("=", 134, -1)])

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Attached, interpreters, needs_bpf, Workload
+from lib.processes import interpreters, Workload
+from lib.run import Attached
+from lib.skip import needs_bpf
 
 pytestmark = needs_bpf
 

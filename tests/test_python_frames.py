@@ -10,7 +10,6 @@ in its name, so file names go through every string width.
 """
 
 import json
-import re
 import shutil
 import signal
 import subprocess
@@ -18,12 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Attached, interpreters, NCCLPROBE, needs_bpf, needs_real_cudart, record, REPO
+from lib.folded import PY_FRAME
+from lib.paths import REPO
+from lib.processes import interpreters
+from lib.run import Attached, record, run_ncclprobe
+from lib.skip import needs_bpf, needs_real_cudart
 
 pytestmark = [needs_bpf, needs_real_cudart]
 
 SCRIPT = REPO / "tests" / "progs" / "py_stacks.py"
-PY_FRAME = re.compile(r"^(.+) \((.+?)(?::(-?\d+))?\)$")
 EVAL_LOOP = "_PyEval_EvalFrameDefault"
 
 
@@ -202,7 +204,6 @@ def test_attach_by_pid_to_a_running_interpreter(tmp_path, python):
 
 def test_bad_python_options_are_refused():
     for args in (["--python", "nope"], ["--python-depth", "0"], ["--python-depth", "5000"]):
-        proc = subprocess.run([str(NCCLPROBE), "record", *args, "--", "true"],
-                              capture_output=True, text=True, timeout=30)
+        proc = run_ncclprobe(["record", *args, "--", "true"], timeout=30)
         assert proc.returncode == 2, (args, proc.stderr)
         assert "--python" in proc.stderr

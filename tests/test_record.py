@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (PROGS, PROGS_ENV, REPO, Attached, Workload, needs_bpf, needs_real_cudart,
-                      record, record_attached, thread_lines)
+from lib.paths import PROGS, PROGS_ENV, REPO
+from lib.processes import interpreters, thread_lines, Workload
+from lib.run import attach_and_go, record, record_attached
+from lib.skip import needs_bpf, needs_real_cudart, needs_tools
 
 pytestmark = needs_bpf
 
@@ -190,9 +192,7 @@ def test_signal_stops_the_recording_and_flushes(tmp_path, workloads, sig, reason
     w = Workload([PROGS / "launcher", "--wait-signal", "--loop-until-signal", "--sleep-us",
                   "1000", "--variant", "rt"])
     workloads.append(w)
-    probe = Attached(tmp_path, [w.pid])
-    probe.wait_attached()
-    w.go()
+    probe, _ = attach_and_go(tmp_path, w)
     time.sleep(1.0)
     rec = probe.stop(sig)
     assert rec.returncode == 0, rec.stderr
@@ -210,10 +210,8 @@ def test_overflow_is_counted_never_silent(tmp_path, workloads):
     w = Workload([PROGS / "launcher", "--wait-signal", "--loop-until-signal", "--threads", "2",
                   "--variant", "rt"])
     workloads.append(w)
-    probe = Attached(tmp_path, [w.pid], extra=["--ring-buffer-mb", "1", "--wakeup-kb",
-                                               "1048576"])
-    probe.wait_attached()
-    w.go()
+    probe, _ = attach_and_go(tmp_path, w, extra=["--ring-buffer-mb", "1", "--wakeup-kb",
+                                                 "1048576"])
     time.sleep(1.0)
     rec = probe.stop()
     w.proc.send_signal(signal.SIGTERM)
@@ -354,7 +352,7 @@ def test_cudart_linked_statically_into_the_executable(tmp_path):
 
 
 @needs_real_cudart
-@pytest.mark.skipif(not shutil.which("unshare"), reason="util-linux unshare not installed")
+@needs_tools("unshare")
 def test_library_visible_only_in_the_targets_mount_namespace(tmp_path, workloads):
     """A containerised process maps a libcudart that exists only in its own
     mount namespace: probes and symbols go through /proc/PID/root."""
@@ -391,9 +389,7 @@ def test_outputs_are_written_while_recording(tmp_path, workloads):
     w = Workload([PROGS / "launcher", "--wait-signal", "--loop-until-signal", "--sleep-us",
                   "1000", "--variant", "rt"])
     workloads.append(w)
-    probe = Attached(tmp_path, [w.pid])
-    probe.wait_attached()
-    w.go()
+    probe, _ = attach_and_go(tmp_path, w)
     time.sleep(2.5)
     live = (probe.out / "stacks.ext.folded").read_text().splitlines()
     rec = probe.stop()
@@ -403,16 +399,8 @@ def test_outputs_are_written_while_recording(tmp_path, workloads):
     assert all(line.endswith("[GPU_Kernel]vector_add_kernel") for line in live[:-1])
 
 
-def pythons_here():
-    found = sorted(str(p) for p in Path("/root/.pyenv/versions").glob("3.1[0-9]*/bin/python3.1?")
-                   if p.exists())
-    if Path("/usr/bin/python3.11").exists():
-        found.append("/usr/bin/python3.11")  # Debian's static build
-    return found or ["none"]
-
-
 @needs_real_cudart
-@pytest.mark.parametrize("python", pythons_here())
+@pytest.mark.parametrize("python", interpreters(fallback="none"))
 def test_python_command_captured_from_its_first_launch_after_dlopen(tmp_path, python):
     """`record -- python3 script.py`: the script dlopens libcudart (ctypes) and
     launches at once from two threads. ncclprobe holds the process it started

@@ -34,14 +34,18 @@ Fixtures:
 import json
 import re
 import shutil
-import subprocess
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-from conftest import NCCLPROBE
+from lib.jsonl import read_stacks
+from lib.paths import NCCLPROBE
+from lib.run import FAILURE, run_ncclprobe, sanitizer_said, USAGE
+from lib.skip import needs_binary
+from lib.synthetic import launch_row, write_recording
 
-USAGE, FAILURE = 2, 1
+pytestmark = needs_binary(NCCLPROBE)
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "report"
 EAGER, GRAPH, FUNCS, PLAIN = (FIXTURES / n for n in ("nccl_eager", "cupti_graph", "functions",
                                                      "no_nccl"))
@@ -55,10 +59,9 @@ TOPK_CPU = "at::native::sbtopk::gatherTopK<float, unsigned int, 2, false>"
 
 
 def run(*args, cwd=None):
-    proc = subprocess.run([str(NCCLPROBE), "report", *map(str, args)], capture_output=True,
-                          text=True, timeout=60, cwd=cwd)
+    proc = run_ncclprobe(["report", *args], cwd=cwd)
     # a sanitizer build's findings must not pass for an expected exit status 1
-    assert "Sanitizer" not in proc.stderr and "runtime error" not in proc.stderr, proc.stderr
+    assert not sanitizer_said(proc.stderr), proc.stderr
     return proc
 
 
@@ -66,11 +69,6 @@ def ok(*args, cwd=None):
     proc = run(*args, cwd=cwd)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
-
-
-def stacks_of(path):
-    return {s["stack_id"]: s["frames"]
-            for s in map(json.loads, (Path(path) / "stacks.jsonl").read_text().splitlines())}
 
 
 def kept(frames, depth=12):
@@ -107,7 +105,7 @@ def report_json(*args):
 
 
 def test_default_nccl_stacks_counts_and_order():
-    s = stacks_of(EAGER)
+    s = read_stacks(EAGER)
     header, blocks = parse(ok(EAGER))
     assert "NCCL kernels" in header and "8 kernels in 4 stacks" in header
     # stack 4 and stack 3 both appear twice: the broadcasts came first
@@ -125,21 +123,9 @@ def test_nested_launches_are_not_counted():
     assert sum(b[2] for b in blocks) == 8  # 11 if the 3 nested lines counted
 
 
-def write_recording(path, stacks, launches, unmatched=None):
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "stacks.jsonl").write_text(
-        "".join(json.dumps({"stack_id": k, "frames": v}) + "\n" for k, v in stacks.items()))
-    (path / "launches.jsonl").write_text("".join(json.dumps(x) + "\n" for x in launches))
-    if unmatched is not None:
-        (path / "gpu_unmatched.jsonl").write_text("".join(json.dumps(x) + "\n"
-                                                          for x in unmatched))
-    return path
-
-
-def launch(ts, stack, kernel, tid=7, **extra):
-    return {"ts_ns": ts, "pid": 7, "tid": tid, "comm": "w", "cpu": 0, "api": "ncclLaunchKernel",
-            "probe_id": 1, "kernel": kernel, "func": "0x1", "stream": "0x0", "nested": False,
-            "stack_id": stack, **extra}
+# the launches of the recordings written below: pid 7's thread 7 ("w")
+launch = partial(launch_row, pid=7, tid=7, comm="w", api="ncclLaunchKernel", probe_id=1,
+                 func="0x1", stream="0x0")
 
 
 def test_ties_broken_by_first_appearance_time_not_file_order(tmp_path):
@@ -155,7 +141,7 @@ def test_ties_broken_by_first_appearance_time_not_file_order(tmp_path):
 
 
 def test_start_only_window_tie():
-    s = stacks_of(EAGER)
+    s = read_stacks(EAGER)
     _, blocks = parse(ok(EAGER, "--start-ts", 4000000))
     assert [(b[0], b[2]) for b in blocks] == [(kept(s[1]), 1), (kept(s[5]), 1)]
 
@@ -164,7 +150,7 @@ def test_start_only_window_tie():
 
 
 def test_kernel_substring_case_sensitive():
-    s = stacks_of(EAGER)
+    s = read_stacks(EAGER)
     _, blocks = parse(ok(EAGER, "--kernel", "sgemm"))
     assert blocks == [(s[2], {"ampere_sgemm_128x64_nn": 4}, 4, False)]
     _, blocks = parse(ok(EAGER, "--kernel", "Broadcast"))
@@ -181,7 +167,7 @@ def test_kernel_substring_case_sensitive():
     ("Broadcast", [(4, 2)]),
 ])
 def test_op_filter(op, expected):
-    s = stacks_of(EAGER)
+    s = read_stacks(EAGER)
     _, blocks = parse(ok(EAGER, "--op", op))
     assert [(b[0], b[2]) for b in blocks] == [(kept(s[k]), n) for k, n in expected]
 
@@ -205,7 +191,7 @@ def test_op_from_nccl_frame_of_the_stack(tmp_path):
 
 
 def test_window_start_and_duration():
-    s = stacks_of(EAGER)
+    s = read_stacks(EAGER)
     header, blocks = parse(ok(EAGER, "--start-ts", 2000000, "--duration", 2000000))
     assert "window [2000000, 4000000) ns" in header
     assert [(b[0], b[2]) for b in blocks] == [(kept(s[1]), 2), (kept(s[3]), 2)]
@@ -217,7 +203,7 @@ def test_window_is_half_open():
 
 
 def test_duration_alone_starts_at_first_launch():
-    s = stacks_of(EAGER)
+    s = read_stacks(EAGER)
     header, blocks = parse(ok(EAGER, "--duration", 1000101))
     assert "window [1000100, 2000201) ns" in header
     assert [(b[0], b[2]) for b in blocks] == [(kept(s[4]), 2), (kept(s[1]), 1)]
@@ -227,7 +213,7 @@ def test_duration_alone_starts_at_first_launch():
 
 
 def test_depth_cuts_then_groups():
-    s = stacks_of(EAGER)
+    s = read_stacks(EAGER)
     assert s[1][-9:] == s[5][-9:] and s[1][-10:] != s[5][-10:]
     _, blocks = parse(ok(EAGER, "--depth", 9))
     assert blocks == [(s[1][-9:], {AR: 4}, 4, True), (s[4][-9:], {BCAST: 2}, 2, True),
@@ -237,7 +223,7 @@ def test_depth_cuts_then_groups():
 
 
 def test_depth_zero_and_short_stacks_are_not_marked():
-    s = stacks_of(EAGER)
+    s = read_stacks(EAGER)
     text = ok(EAGER, "--depth", 0)
     assert "  ..." not in text
     assert parse(text)[1][0] == (s[1], {AR: 3}, 3, False)
@@ -269,7 +255,7 @@ def test_output_file_unwritable(tmp_path):
 
 
 def test_json_output():
-    s = stacks_of(EAGER)
+    s = read_stacks(EAGER)
     doc = report_json(EAGER)
     assert doc["window"] is None and doc["diagnostics"] == []
     assert doc["filters"] == {"kernel": None, "nccl": True, "op": None, "function": None,
@@ -293,7 +279,7 @@ def test_default_directory_is_the_current_one():
 
 
 def test_gpu_kernel_records_are_counted():
-    s = stacks_of(GRAPH)
+    s = read_stacks(GRAPH)
     _, blocks = parse(ok(GRAPH, "--depth", 0))
     # 3 replays x 1 NCCL kernel each, under the graph launch; 2 eager all-reduces
     assert blocks == [(s[2], {ARB: 3}, 3, False), (s[1], {ARB: 2}, 2, False)]
@@ -312,7 +298,7 @@ def test_several_kernel_names_under_one_stack():
 
 
 def test_op_filter_leaves_graph_replays_out():
-    s = stacks_of(GRAPH)
+    s = read_stacks(GRAPH)
     _, blocks = parse(ok(GRAPH, "--op", "AllReduce", "--depth", 0))
     assert blocks == [(s[1], {ARB: 2}, 2, False)]
 
@@ -321,7 +307,7 @@ def test_op_filter_leaves_graph_replays_out():
 
 
 def test_graph_replay_diagnostic():
-    s = stacks_of(GRAPH)
+    s = read_stacks(GRAPH)
     text = ok(GRAPH, "--op", "AllReduce", "--start-ts", 20000000, "--duration", 25000000,
               "--depth", 0)
     assert "No launch ran NCCL kernels with op AllReduce in the window." in text
@@ -378,7 +364,7 @@ def test_no_nccl_kernels_seen():
 
 
 def test_plain_cuda_kernels_and_placeholders():
-    s = stacks_of(PLAIN)
+    s = read_stacks(PLAIN)
     _, blocks = parse(ok(PLAIN, "--kernel", "_kernel"))
     assert blocks == [(s[1], {"vector_add_kernel": 2}, 2, False),
                       (s[2], {"scale_kernel": 1}, 1, False)]
@@ -424,14 +410,14 @@ def test_function_ambiguous_lists_occurrences():
 
 
 def test_function_first_occurrence_by_default():
-    s = stacks_of(FUNCS)
+    s = read_stacks(FUNCS)
     header, blocks = parse(ok(FUNCS, "--function", "A.forward"))
     assert "window [1000, 1201) ns" in header
     assert [(b[0], b[1]) for b in blocks] == [(kept(s[1]), {GENERIC: 2})]
 
 
 def test_function_index():
-    s = stacks_of(FUNCS)
+    s = read_stacks(FUNCS)
     _, blocks = parse(ok(FUNCS, "--function", "A.forward", "--index", 1))
     assert [(b[0], b[2]) for b in blocks] == [(kept(s[3]), 2)]
     _, blocks = parse(ok(FUNCS, "--function", "forward", "--index", 3))
@@ -441,7 +427,7 @@ def test_function_index():
 def test_function_window_ends_with_the_gpu_work():
     # B.forward's last launch (1600) ran GPU work until 1900: thread 102's
     # all-gather at 1800 is inside, the one at 1950 is not
-    s = stacks_of(FUNCS)
+    s = read_stacks(FUNCS)
     doc = report_json(FUNCS, "--function", "forward", "--index", 1)
     assert doc["window"]["start_ns"] == 1500 and doc["window"]["end_ns"] == 1901
     assert doc["window"]["occurrence"]["frame"] == "B.forward (/srv/b.py:9)"
@@ -629,5 +615,5 @@ def test_directory_argument_errors(tmp_path):
 def test_help():
     proc = run("--help")
     assert proc.returncode == 0 and "--function NAME" in proc.stdout
-    main = subprocess.run([str(NCCLPROBE), "--help"], capture_output=True, text=True)
+    main = run_ncclprobe(["--help"])
     assert "ncclprobe report [DIR]" in main.stdout

@@ -3,13 +3,13 @@ files found by build-id, symbol versions stripped. The programs are compiled
 here, against the toolkit's real libcudart."""
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
-from conftest import PROGS_ENV, needs_bpf, needs_real_cudart, record
+from lib.gdb import run_gdb_backtrace
+from lib.paths import PROGS_ENV
+from lib.run import record
+from lib.skip import needs_bpf, needs_real_cudart, needs_tools
 
 pytestmark = [needs_bpf, needs_real_cudart]
 
@@ -56,26 +56,11 @@ def compile_c(tmp_path, name, source, *flags):
     return out
 
 
-def gdb_backtrace(program):
-    """Function names of gdb's bt at cudaLaunchKernel, leaf first, to main."""
-    out = subprocess.run(["gdb", "-batch", "-nx", "-ex", "set breakpoint pending on",
-                          "-ex", "break cudaLaunchKernel", "-ex", "run", "-ex", "bt",
-                          "-ex", "kill", program], capture_output=True, text=True,
-                         timeout=120).stdout
-    names = []
-    for line in out.splitlines():
-        m = re.match(r"#\d+\s+(?:0x[0-9a-f]+ in )?(\S+) \(", line)
-        if m:
-            names.append(m.group(1))
-            if m.group(1) == "main":
-                break
-    return names
-
-
-@pytest.mark.skipif(not shutil.which("gdb"), reason="gdb not installed")
+@needs_tools("gdb")
 def test_inlined_frames_match_gdb_in_detailed_stacks_and_folded_only_with_inline(tmp_path):
     program = compile_c(tmp_path, "inl", INLINE_PROGRAM)
-    expected = gdb_backtrace(program)
+    frames, _ = run_gdb_backtrace([program])
+    expected = [f.name for f in frames]  # leaf first, to main
     assert expected == ["cudaLaunchKernel", "launch_inner", "launch_outer", "step", "main"]
 
     with_inline = record(tmp_path, ["--inline", "--", program], name="inline")
@@ -98,7 +83,7 @@ def test_inlined_frames_match_gdb_in_detailed_stacks_and_folded_only_with_inline
             "cudaLaunchKernel"]
 
 
-@pytest.mark.skipif(not shutil.which("objcopy"), reason="binutils not installed")
+@needs_tools("objcopy")
 def test_stripped_library_symbols_come_from_its_separate_debug_file(tmp_path):
     lib_src = PROLOGUE + """
 __attribute__((noinline)) void stripped_kernel(void) { __asm__ volatile(""); }

@@ -2,12 +2,13 @@
  * configuration that user space hands to BPF.
  *
  * This is the one definition of every on-wire record: bpf/ncclprobe.bpf.c and
- * the daemon in src/ both include it. The BPF side includes vmlinux.h first
+ * user space (src/) both include it. The BPF side includes vmlinux.h first
  * (which defines __u8..__u64); user space gets them from <linux/types.h>.
  *
  * Every record starts with struct np_event_header; `size` is the number of
- * bytes actually sent, so variable-length tails (the user stack today; copied
- * stack bytes and Python frames later) can grow without changing the header.
+ * bytes actually sent, so variable-length tails (a launch's return addresses,
+ * copied stack bytes and Python frames; an NCCL plan's tasks) can grow
+ * without changing the header.
  * Bump NP_EVENT_VERSION whenever a fixed part changes.
  */
 #ifndef NCCLPROBE_EVENTS_H

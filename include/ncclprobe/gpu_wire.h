@@ -1,11 +1,12 @@
-/* gpu_wire.h - the records libncclprobe_cupti.so (src/cupti/) sends to the
- * ncclprobe daemon over its Unix socket: GPU activity (kernels, memcpys,
- * memsets) in a compact form of our own, so the daemon needs no CUPTI
- * headers and never trusts a CUPTI struct layout from a client.
+/* gpu_wire.h - the records libncclprobe_cupti.so (src/cupti/) sends to
+ * ncclprobe (record or the daemon) over its Unix socket: GPU activity
+ * (kernels, memcpys, memsets) in a compact form of our own, so ncclprobe
+ * needs no CUPTI headers and never trusts a CUPTI struct layout from a
+ * client.
  *
  * The stream is a sequence of frames. Every frame starts with struct
  * np_wire_header; `size` counts the whole frame. The first frame of a
- * connection is a HELLO; the daemon checks its pid against the socket's
+ * connection is a HELLO; ncclprobe checks its pid against the socket's
  * peer credentials. ACTIVITY frames carry `count` variable-size
  * np_gpu_record, each 8-byte aligned and carrying its own size. The
  * correlation id joins a record to the launch on the CPU side: the library

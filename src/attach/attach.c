@@ -17,7 +17,6 @@
 #include "attach/closer.h"
 #include "attach/elfscan.h"
 #include "attach/procmaps.h"
-#include "attach/target.h"
 #include "attach/uprobe_multi.h"
 #include "lib/util.h"
 #include "ncclprobe.skel.h"
@@ -169,14 +168,10 @@ static struct np_probe_site *new_site(struct np_attacher *a) {
     }
     if (a->nsites + 1 >= NP_MAX_PROBES)
         return NULL;
-    if (a->nsites == a->cap) {
-        size_t ncap = a->cap ? a->cap * 2 : 64;
-        struct np_probe_site *s = realloc(a->sites, ncap * sizeof(*s));
-        if (!s)
-            return NULL;
-        a->sites = s;
-        a->cap = ncap;
-    }
+    struct np_probe_site *sites = np_grow_array(a->sites, &a->cap, a->nsites + 1, sizeof(*sites));
+    if (!sites)
+        return NULL;
+    a->sites = sites;
     struct np_probe_site *s = &a->sites[a->nsites++];
     memset(s, 0, sizeof(*s));
     s->id = (uint32_t)a->nsites;
@@ -362,22 +357,22 @@ static const struct np_nccl_layout *nccl_layout_of(struct np_scanned_file *file,
 
 /* Attaches every match of one scanned file; records the library on the
  * target when it has any probe point. */
-static int attach_scan(struct np_attacher *a, struct np_target *t, const char *target_path,
+static int attach_scan(struct np_attacher *a, struct np_process *p, const char *target_path,
                        const char *binary, const struct stat *st, struct np_scanned_file *file,
                        uint64_t seen_ns) {
     const struct np_elf_scan *scan = &file->scan;
     if (scan->count == 0)
         return 0;
     const struct np_nccl_layout *nccl = nccl_layout_of(file, binary, target_path);
-    struct np_library *lib = np_target_add_library(t, target_path);
+    struct np_library *lib = np_process_add_library(p, target_path);
     if (!lib)
         return -ENOMEM;
-    size_t lib_index = (size_t)(lib - t->libs);
+    size_t lib_index = (size_t)(lib - p->libs);
     snprintf(lib->build_id, sizeof(lib->build_id), "%s", scan->build_id);
     lib->dev = st->st_dev;
     lib->inode = st->st_ino;
     lib->seen_ns = seen_ns ? seen_ns : np_monotonic_ns();
-    lib->late = t->attached;
+    lib->late = p->attached;
     lib->nccl = nccl;
 
     /* the new sites' ids: contiguous, unless released ids are reused */
@@ -393,30 +388,30 @@ static int attach_scan(struct np_attacher *a, struct np_target *t, const char *t
             break;
         }
         ids[n++] = s->id;
-        s->pid = t->pid;
+        s->pid = p->pid;
         s->def = m->def;
         s->lib_index = lib_index;
         s->offset = m->file_offset;
         s->is_thunk = m->thunk_target >= 0;
-        s->hold = t->hold_loads && m->def->family == NP_FAMILY_LOADER;
+        s->hold = p->hold_loads && m->def->family == NP_FAMILY_LOADER;
         s->nccl = m->def->family == NP_FAMILY_NCCL ? nccl : NULL;
         if (m->def->family != NP_FAMILY_LOADER && m->def->family != NP_FAMILY_CUPTI)
-            t->libs[lib_index].cuda = true;
+            p->libs[lib_index].cuda = true;
         if (m->def->family == NP_FAMILY_CUPTI)
-            t->gpu_marker = true;
+            p->gpu_marker = true;
         s->err = write_site_cfg(a, s);
     }
-    if (!a->use_multi || attach_library_multi(a, t->pid, binary, ids, n) < 0)
+    if (!a->use_multi || attach_library_multi(a, p->pid, binary, ids, n) < 0)
         for (size_t i = 0; i < n; i++)
             if (!a->sites[ids[i] - 1].err)
                 a->sites[ids[i] - 1].err = attach_site(a, &a->sites[ids[i] - 1], binary);
 
     int attached = 0;
-    lib = &t->libs[lib_index];
+    lib = &p->libs[lib_index];
     if (unplaced) {
         lib->probes_failed += (int)unplaced;
         lib->first_error = -ENOSPC;
-        np_warn("pid %d: %zu probes of %s not attached: more than %d probes in all", t->pid,
+        np_warn("pid %d: %zu probes of %s not attached: more than %d probes in all", p->pid,
                 unplaced, target_path, NP_MAX_PROBES - 1);
     }
     for (size_t i = 0; i < n; i++) {
@@ -429,7 +424,7 @@ static int attach_scan(struct np_attacher *a, struct np_target *t, const char *t
         lib->probes_failed++;
         if (!lib->first_error)
             lib->first_error = s->err;
-        np_warn("pid %d: cannot probe %s in %s: %s", t->pid, s->def->symbol, target_path,
+        np_warn("pid %d: cannot probe %s in %s: %s", p->pid, s->def->symbol, target_path,
                 strerror(-s->err));
     }
     lib->attached_ns = np_monotonic_ns();
@@ -439,13 +434,13 @@ static int attach_scan(struct np_attacher *a, struct np_target *t, const char *t
 
 /* Opens a file the target maps, through its root (containers), falling
  * back to map_files for files that were replaced or deleted on disk. */
-static int open_target_file(const struct np_target *t, const struct np_mapping *m, char *binary,
+static int open_target_file(const struct np_process *p, const struct np_mapping *m, char *binary,
                             size_t size) {
-    snprintf(binary, size, "/proc/%d/root%s", t->pid, m->path);
+    snprintf(binary, size, "/proc/%d/root%s", p->pid, m->path);
     int fd = open(binary, O_RDONLY | O_CLOEXEC);
     if (fd >= 0)
         return fd;
-    snprintf(binary, size, "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, t->pid, m->start, m->end);
+    snprintf(binary, size, "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, p->pid, m->start, m->end);
     fd = open(binary, O_RDONLY | O_CLOEXEC);
     return fd >= 0 ? fd : -errno;
 }
@@ -454,50 +449,50 @@ static int open_target_file(const struct np_target *t, const struct np_mapping *
  * the target's probes for it are already in place. Files are keyed on what
  * fstat says: the identity in /proc/PID/maps can differ (overlay file
  * systems), and a file pre-attached by path is the same file once mapped. */
-static int attach_fd(struct np_attacher *a, struct np_target *t, int fd, const char *target_path,
+static int attach_fd(struct np_attacher *a, struct np_process *p, int fd, const char *target_path,
                      const char *binary, uint64_t seen_ns) {
     struct stat st;
     struct np_scanned_file *scan = NULL;
     int err = fstat(fd, &st) < 0 ? -errno : 0;
-    if (!err && np_target_saw_file(t, st.st_dev, st.st_ino)) {
+    if (!err && np_process_saw_file(p, st.st_dev, st.st_ino)) {
         close(fd);
         return 0;
     }
     if (!err)
-        err = np_target_mark_file(t, st.st_dev, st.st_ino);
+        err = np_process_mark_file(p, st.st_dev, st.st_ino);
     if (!err)
         err = scan_cached(a, fd, &st, &scan);
     close(fd);
     if (err)
         return err;
-    return attach_scan(a, t, target_path, binary, &st, scan, seen_ns);
+    return attach_scan(a, p, target_path, binary, &st, scan, seen_ns);
 }
 
-static int attach_mapping(struct np_attacher *a, struct np_target *t, const struct np_mapping *m,
+static int attach_mapping(struct np_attacher *a, struct np_process *p, const struct np_mapping *m,
                           uint64_t seen_ns) {
     char binary[4200];
-    int fd = open_target_file(t, m, binary, sizeof(binary));
+    int fd = open_target_file(p, m, binary, sizeof(binary));
     if (fd < 0) {
-        np_debug("pid %d: cannot open %s: %s", t->pid, m->path, strerror(-fd));
+        np_debug("pid %d: cannot open %s: %s", p->pid, m->path, strerror(-fd));
         return 0;
     }
-    return attach_fd(a, t, fd, m->path, binary, seen_ns);
+    return attach_fd(a, p, fd, m->path, binary, seen_ns);
 }
 
-int np_attach_from_maps(struct np_attacher *a, struct np_target *t, uint64_t seen_ns) {
+int np_attach_from_maps(struct np_attacher *a, struct np_process *p, uint64_t seen_ns) {
     struct np_maps maps;
-    int err = np_maps_read(t->pid, &maps);
+    int err = np_maps_read(p->pid, &maps);
     if (err)
         return err;
 
     int total = 0;
     for (size_t i = 0; i < maps.count; i++) {
         const struct np_mapping *m = &maps.items[i];
-        if (!m->exec || np_target_saw_file(t, m->dev, m->inode))
+        if (!m->exec || np_process_saw_file(p, m->dev, m->inode))
             continue;
-        err = attach_mapping(a, t, m, seen_ns);
+        err = attach_mapping(a, p, m, seen_ns);
         if (err >= 0) /* the maps identity too: the next scan skips it unopened */
-            err = np_target_mark_file(t, m->dev, m->inode) < 0 ? -ENOMEM : err;
+            err = np_process_mark_file(p, m->dev, m->inode) < 0 ? -ENOMEM : err;
         if (err < 0)
             break;
         total += err;
@@ -507,7 +502,7 @@ int np_attach_from_maps(struct np_attacher *a, struct np_target *t, uint64_t see
     return err < 0 ? err : total;
 }
 
-int np_attach_file(struct np_attacher *a, struct np_target *t, const char *path) {
+int np_attach_file(struct np_attacher *a, struct np_process *p, const char *path) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    return fd < 0 ? -errno : attach_fd(a, t, fd, path, path, 0);
+    return fd < 0 ? -errno : attach_fd(a, p, fd, path, path, 0);
 }

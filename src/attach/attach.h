@@ -14,17 +14,17 @@
 
 #include "attach/nccl_layout.h"
 #include "attach/probes.h"
+#include "attach/process.h"
 #include "lib/hashmap.h"
 
 struct ncclprobe_bpf;
 struct bpf_link;
-struct np_target;
 
 struct np_probe_site {
     uint32_t id;
     pid_t pid;
     const struct np_probe_def *def;
-    size_t lib_index; /* into the target's libs[] */
+    size_t lib_index; /* into its process's libs[] */
     uint64_t offset;  /* file offset of the probed instruction */
     bool is_thunk;
     bool hold; /* loader hook that stops the process until probes are in place */
@@ -34,20 +34,6 @@ struct np_probe_site {
     struct bpf_link *link, *ret_link;
     int err;       /* negative errno when attaching failed */
     bool released; /* its process is gone: the id waits for reuse (daemon) */
-};
-
-/* One ELF file with probe points, mapped by one target. */
-struct np_library {
-    char *path; /* as the target sees it */
-    char build_id[41];
-    uint64_t dev, inode;
-    uint64_t seen_ns;     /* CLOCK_MONOTONIC: when the mapping was noticed */
-    uint64_t attached_ns; /* CLOCK_MONOTONIC: when its probes were in place */
-    bool late;            /* mapped after ncclprobe attached to the process */
-    bool cuda;            /* a CUDA or NCCL library (not just the dynamic loader) */
-    int probes_ok, probes_failed;
-    int first_error;
-    const struct np_nccl_layout *nccl; /* a libnccl: what its DWARF says (NULL: not NCCL) */
 };
 
 struct np_closer;
@@ -77,11 +63,11 @@ void np_attacher_destroy(struct np_attacher *a);
 int np_attacher_release_pid(struct np_attacher *a, pid_t pid);
 const struct np_probe_site *np_attacher_site(const struct np_attacher *a, uint32_t id);
 
-/* Scans the target's /proc/PID/maps and attaches to every file not seen
+/* Scans the process's /proc/PID/maps and attaches to every file not seen
  * before. seen_ns is when the caller learned of new mappings (0: now).
  * Returns the number of probes attached, or -errno (-ESRCH: gone). */
-int np_attach_from_maps(struct np_attacher *a, struct np_target *t, uint64_t seen_ns);
-/* Attaches to a file by path before the target maps it (ncclprobe -- CMD). */
-int np_attach_file(struct np_attacher *a, struct np_target *t, const char *path);
+int np_attach_from_maps(struct np_attacher *a, struct np_process *p, uint64_t seen_ns);
+/* Attaches to a file by path before the process maps it (ncclprobe -- CMD). */
+int np_attach_file(struct np_attacher *a, struct np_process *p, const char *path);
 
 #endif

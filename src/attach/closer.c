@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "attach/attach.h"
+#include "lib/util.h"
 
 #define CLOSER_THREADS 8
 
@@ -32,17 +33,10 @@ struct np_closer {
 
 /* Room for `more` items after the n there are. */
 static bool reserve(void **items, size_t *cap, size_t n, size_t more, size_t size) {
-    if (n + more <= *cap)
-        return true;
-    size_t ncap = *cap ? *cap : 64;
-    while (ncap < n + more)
-        ncap *= 2;
-    void *p = realloc(*items, ncap * size);
-    if (!p)
-        return false;
-    *items = p;
-    *cap = ncap;
-    return true;
+    void *p = np_grow_array(*items, cap, n + more, size);
+    if (p)
+        *items = p;
+    return p != NULL;
 }
 
 struct np_close_batch *np_close_batch_new(void) {

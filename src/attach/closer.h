@@ -1,6 +1,6 @@
 /* closer.h - closes a released process's uprobe links off the caller's
  * thread. Every uprobe removal waits out an RCU grace period (~40 ms): a
- * process exiting must not stall the daemon's reader that long per probe,
+ * process exiting must not stall ncclprobe's reader that long per probe,
  * so its links go to a few closer threads as one batch, and batches of
  * several processes wait out their grace periods together. A batch's probe
  * ids become reusable only once all its links are closed: until then an old

@@ -1,6 +1,7 @@
 /* ctl.c - `ncclprobe ctl`: its command line, the request it sends over the
  * daemon's control socket (daemon/ctl.c does the exchange) and the printing
- * of the reply, readable for status (see ctl.h). */
+ * of the reply: `status` rendered as text from the table of its fields
+ * (daemon/status_schema.h), which --schema prints (see ctl.h). */
 #define _GNU_SOURCE
 #include "cli/ctl.h"
 
@@ -13,15 +14,17 @@
 #include <string.h>
 
 #include "daemon/ctl.h"
+#include "daemon/status_schema.h"
 #include "lib/util.h"
+#include "session/settings.h"
 
 #define CTL_TIMEOUT_MS 5000
-#define MIB (1024.0 * 1024.0)
 
 struct ctl_options {
     const char *socket_path;
     const char *duration;
     bool json;
+    bool schema;
 };
 
 static void usage(FILE *f) {
@@ -29,6 +32,7 @@ static void usage(FILE *f) {
                "       ncclprobe ctl [--socket PATH] [--json] stop\n"
                "       ncclprobe ctl [--socket PATH] [--json] status\n"
                "       ncclprobe ctl [--socket PATH] [--json] snapshot\n"
+               "       ncclprobe ctl --schema\n"
                "\n"
                "Controls a running `ncclprobe daemon` over its control socket.\n"
                "\n"
@@ -43,6 +47,8 @@ static void usage(FILE *f) {
                "      --socket PATH        the daemon's control socket (default\n"
                "                           " NP_CTL_DEFAULT_SOCKET ")\n"
                "      --json               print the daemon's JSON reply as it is\n"
+               "      --schema             print the fields of the status reply (path, type,\n"
+               "                           meaning) as JSON, and exit\n"
                "  -d, --duration SECONDS   (start) close the window after SECONDS\n"
                "  -h, --help               this text\n");
 }
@@ -50,10 +56,11 @@ static void usage(FILE *f) {
 /* 0, 1 after --help, -EINVAL on a bad command line. optstring "+h" stops at
  * the command name. */
 static int parse_options(int argc, char **argv, const char *optstring, struct ctl_options *opt) {
-    enum { OPT_SOCKET = 256, OPT_JSON };
+    enum { OPT_SOCKET = 256, OPT_JSON, OPT_SCHEMA };
     static const struct option longopts[] = {
         {"socket", required_argument, NULL, OPT_SOCKET},
         {"json", no_argument, NULL, OPT_JSON},
+        {"schema", no_argument, NULL, OPT_SCHEMA},
         {"duration", required_argument, NULL, 'd'},
         {"help", no_argument, NULL, 'h'},
         {0},
@@ -68,6 +75,9 @@ static int parse_options(int argc, char **argv, const char *optstring, struct ct
             break;
         case OPT_JSON:
             opt->json = true;
+            break;
+        case OPT_SCHEMA:
+            opt->schema = true;
             break;
         case 'd':
             opt->duration = optarg;
@@ -117,22 +127,23 @@ static void append_safe(struct np_str *s, const char *text, size_t max) {
     }
 }
 
-/* Starts a new part of a "label: a, b, c" line. */
-static void part(struct np_str *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Adds a part to a "label: a, b, c" line; `joined`: to the part before it. */
+static void add(struct np_str *s, bool joined, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
-static void part(struct np_str *s, const char *fmt, ...) {
+static void add(struct np_str *s, bool joined, const char *fmt, ...) {
     char text[512];
     va_list ap;
 
     va_start(ap, fmt);
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
-    if (s->len)
+    if (s->len && !joined)
         np_str_append(s, ", ");
     np_str_append(s, text);
 }
 
-static void part_str(struct np_str *s, const char *prefix, const char *text) {
+static void add_str(struct np_str *s, const char *prefix, const char *text) {
     if (s->len)
         np_str_append(s, ", ");
     np_str_append(s, prefix);
@@ -141,7 +152,7 @@ static void part_str(struct np_str *s, const char *prefix, const char *text) {
 
 /* Prints "label: parts" when there are parts. */
 static void print_line(FILE *out, const char *label, struct np_str *s) {
-    if (s->len)
+    if (label && s->len)
         fprintf(out, "%-13s%s\n", label, s->buf);
     np_str_reset(s);
 }
@@ -166,203 +177,146 @@ static void fmt_duration(char *buf, size_t size, double s) {
         snprintf(buf, size, "%llum %02llus", m, sec);
 }
 
-static void part_duration(struct np_str *s, const char *prefix, double seconds) {
-    char text[64];
-    fmt_duration(text, sizeof(text), seconds);
-    part(s, "%s%s", prefix, text);
+/* ---- `ctl status` as text, from status_schema.h ----------------------------------- */
+
+/* The object field id is in (NULL: the reply has none there). */
+static const cJSON *parent_of(const cJSON *reply, enum np_status_id id) {
+    enum np_status_id p = np_status_fields[id].parent;
+    return p == NP_ST_TOP ? reply : item(parent_of(reply, p), np_status_fields[p].key);
 }
 
-static void print_window(FILE *out, const cJSON *window, struct np_str *s) {
-    double v;
+static bool window_open(const cJSON *reply) {
+    return get_bool(parent_of(reply, NP_ST_WINDOW_OPEN), np_status_fields[NP_ST_WINDOW_OPEN].key) ==
+           1;
+}
+
+static void show_number(struct np_str *s, const cJSON *obj, const struct np_status_field *f,
+                        bool *shown) {
+    double scale = f->scale ? f->scale : 1, x, y;
+    if (!get_num(obj, f->key, &x))
+        return;
+    if (f->with && get_num(obj, np_status_fields[f->with].key, &y)) {
+        add(s, false, f->text_with, x / scale, y / scale);
+        shown[f->with] = true;
+    } else {
+        add(s, f->flags & NP_SF_JOINED, f->text, x / scale);
+    }
+}
+
+/* A field's part of its line; shown[]: the fields shown with another. */
+static void show_field(struct np_str *s, const cJSON *reply, enum np_status_id id, bool *shown) {
+    const struct np_status_field *f = &np_status_fields[id];
+    const cJSON *obj = parent_of(reply, id);
     const char *text;
-    int open = get_bool(window, "open");
-
-    if (!cJSON_IsObject(window))
-        return;
-    if (open == 0) {
-        part(s, "closed");
-    } else if (open == 1) {
-        if (get_num(window, "id", &v))
-            part(s, "open #%.0f", v);
-        else
-            part(s, "open");
-        if ((text = get_str(window, "reason")))
-            part_str(s, "reason ", text);
-        if ((text = get_str(window, "started")))
-            part_str(s, "started ", text);
-        if (get_num(window, "elapsed_s", &v))
-            part_duration(s, "elapsed ", v);
-        if (get_num(window, "ends_in_s", &v))
-            part_duration(s, "ends in ", v);
-        else if (cJSON_IsNull(item(window, "ends_in_s")))
-            part(s, "until stopped");
-    }
-    print_line(out, "window:", s);
-}
-
-static void cell_num(char *buf, size_t size, const cJSON *obj, const char *key, int decimals) {
-    double v;
-    if (get_num(obj, key, &v))
-        snprintf(buf, size, "%.*f", decimals, v);
-    else
-        snprintf(buf, size, "-");
-}
-
-static void cell_str(char *buf, size_t size, const cJSON *obj, const char *key, size_t max) {
-    struct np_str s;
-    const char *text = get_str(obj, key);
-
-    np_str_init(&s);
-    append_safe(&s, text && *text ? text : "-", max);
-    snprintf(buf, size, "%s", s.buf && !s.failed ? s.buf : "-");
-    np_str_free(&s);
-}
-
-static void print_targets(FILE *out, const cJSON *targets) {
-    const cJSON *t;
-    char pid[24], ns_pid[24], comm[24], container[24], probes[24], launches[24], rate[24],
-        drops[24], gpu[48], output[4200];
-
-    if (!cJSON_IsArray(targets))
-        return;
-    int n = cJSON_GetArraySize(targets);
-    if (n == 0) {
-        fprintf(out, "%-13snone\n", "targets:");
-        return;
-    }
-    fprintf(out, "%-13s%d\n", "targets:", n);
-    fprintf(out, "  %7s %7s %-16s %-12s %6s %10s %10s %7s %-12s %s\n", "PID", "NS_PID", "COMM",
-            "CONTAINER", "PROBES", "LAUNCHES", "LAUNCHES/S", "DROPS", "GPU", "OUTPUT");
-    cJSON_ArrayForEach(t, targets) {
-        if (!cJSON_IsObject(t))
-            continue;
-        cell_num(pid, sizeof(pid), t, "pid", 0);
-        cell_num(ns_pid, sizeof(ns_pid), t, "ns_pid", 0);
-        cell_str(comm, sizeof(comm), t, "comm", 16);
-        cell_str(container, sizeof(container), t, "container", 12);
-        cell_num(probes, sizeof(probes), t, "probes", 0);
-        cell_num(launches, sizeof(launches), t, "launches", 0);
-        cell_num(rate, sizeof(rate), t, "launches_per_s", 1);
-        cell_num(drops, sizeof(drops), t, "drops", 0);
-        cell_str(gpu, sizeof(gpu), t, "gpu", 40);
-        cell_str(output, sizeof(output), t, "output", 4096);
-        fprintf(out, "  %7s %7s %-16s %-12s %6s %10s %10s %7s %-12s %s\n", pid, ns_pid, comm,
-                container, probes, launches, rate, drops, gpu, output);
-    }
-}
-
-static void print_status(FILE *out, const cJSON *r) {
-    struct np_str s;
-    const cJSON *o;
-    const char *text;
-    double v, w;
+    char when[64];
+    double x;
     int b;
 
+    if (shown[id] || ((f->flags & NP_SF_OPEN) && !window_open(reply)))
+        return;
+    if (f->null_text && cJSON_IsNull(item(obj, f->key))) {
+        add(s, false, "%s", f->null_text);
+        return;
+    }
+    switch (f->show) {
+    case NP_SHOW_NUMBER:
+        show_number(s, obj, f, shown);
+        break;
+    case NP_SHOW_COUNT:
+        if (get_num(obj, f->key, &x))
+            add(s, false, f->text, x, x == 1 ? "" : "s");
+        break;
+    case NP_SHOW_STRING:
+        if ((text = get_str(obj, f->key)))
+            add_str(s, f->text, text);
+        break;
+    case NP_SHOW_DURATION:
+        if (get_num(obj, f->key, &x)) {
+            fmt_duration(when, sizeof(when), x);
+            add(s, false, "%s%s", f->text, when);
+        }
+        break;
+    case NP_SHOW_BOOL:
+        if ((b = get_bool(obj, f->key)) >= 0)
+            add(s, false, "%s", b ? f->text : f->no);
+        break;
+    case NP_SHOW_NONE:
+    case NP_SHOW_LIST:
+        break;
+    }
+}
+
+/* A cell of a table column: the number with its decimals, or the text cut
+ * to its most characters; "-" when missing. */
+static void cell(struct np_str *c, const cJSON *row, const struct np_status_field *f) {
+    double v;
+    const char *text = get_str(row, f->key);
+    np_str_reset(c);
+    if (f->type == NP_STATUS_NUMBER && get_num(row, f->key, &v))
+        np_str_appendf(c, "%.*f", f->precision, v);
+    else if (f->type == NP_STATUS_STRING && text && *text)
+        append_safe(c, text, (size_t)f->precision);
+    else
+        np_str_append(c, "-");
+}
+
+/* One line of the table: the header (row NULL) or an element's cells. */
+static void print_row(FILE *out, enum np_status_id list, const cJSON *row) {
+    struct np_str c;
+    bool first = true;
+    np_str_init(&c);
+    fputs("  ", out);
+    for (int id = list + 1; id < NP_ST_COUNT && np_status_fields[id].parent == list; id++) {
+        const struct np_status_field *f = &np_status_fields[id];
+        if (!f->column)
+            continue;
+        if (row)
+            cell(&c, row, f);
+        fprintf(out, "%s%*s", first ? "" : " ", f->width, row ? np_str_cstr(&c) : f->column);
+        first = false;
+    }
+    fputc('\n', out);
+    np_str_free(&c);
+}
+
+static void print_list(FILE *out, const cJSON *reply, enum np_status_id list) {
+    const struct np_status_field *f = &np_status_fields[list];
+    const cJSON *rows = item(parent_of(reply, list), f->key), *row;
+    if (!cJSON_IsArray(rows))
+        return;
+    int n = cJSON_GetArraySize(rows);
+    if (n == 0) {
+        fprintf(out, "%-13snone\n", f->line);
+        return;
+    }
+    fprintf(out, "%-13s%d\n", f->line, n);
+    print_row(out, list, NULL);
+    cJSON_ArrayForEach(row, rows) {
+        if (cJSON_IsObject(row))
+            print_row(out, list, row);
+    }
+}
+
+/* Every field shown on its line, in the table's order. */
+static void print_status(FILE *out, const cJSON *reply) {
+    bool shown[NP_ST_COUNT] = {false};
+    const char *line = NULL;
+    struct np_str s;
+
     np_str_init(&s);
-    if (get_num(r, "pid", &v))
-        part(&s, "pid %.0f", v);
-    if ((text = get_str(r, "version")))
-        part_str(&s, "version ", text);
-    if (get_num(r, "uptime_s", &v))
-        part_duration(&s, "up ", v);
-    print_line(out, "daemon:", &s);
-    if ((text = get_str(r, "config")))
-        part_str(&s, "", text);
-    print_line(out, "config:", &s);
-    if ((text = get_str(r, "output_dir")))
-        part_str(&s, "", text);
-    print_line(out, "output dir:", &s);
-
-    print_window(out, item(r, "window"), &s);
-
-    o = item(r, "aggregate");
-    if ((b = get_bool(o, "on")) >= 0)
-        part(&s, "%s", b ? "on" : "off");
-    if (get_num(o, "interval_s", &v))
-        part_duration(&s, "every ", v);
-    if ((text = get_str(o, "period_started")))
-        part_str(&s, "period started ", text);
-    print_line(out, "aggregate:", &s);
-
-    print_targets(out, item(r, "targets"));
-
-    o = item(r, "probes");
-    if (get_num(o, "attached", &v))
-        part(&s, "%.0f attached", v);
-    if (get_num(o, "failed", &v))
-        part(&s, "%.0f failed", v);
-    print_line(out, "probes:", &s);
-
-    o = item(r, "rates");
-    if (get_num(o, "launches_per_s", &v))
-        part(&s, "%.1f launches/s", v);
-    if (get_num(o, "records_per_s", &v))
-        part(&s, "%.1f records/s", v);
-    print_line(out, "rates:", &s);
-
-    o = item(r, "drops");
-    if (get_num(o, "ring_buffer", &v))
-        part(&s, "%.0f ring buffer", v);
-    if (get_num(o, "rate_limited", &v))
-        part(&s, "%.0f rate limited", v);
-    print_line(out, "drops:", &s);
-
-    o = item(r, "rate_limit");
-    if ((b = get_bool(o, "active")) >= 0)
-        part(&s, "%s", b ? "ACTIVE" : "inactive");
-    if (get_num(o, "per_probe_per_s", &v))
-        part(&s, "%.0f launches/s per probe when over budget", v);
-    if (get_num(o, "cpu_percent", &v) && get_num(o, "budget_percent", &w))
-        part(&s, "CPU %.1f%% of %.1f%% budget", v, w);
-    else if (get_num(o, "cpu_percent", &v))
-        part(&s, "CPU %.1f%%", v);
-    else if (get_num(o, "budget_percent", &w))
-        part(&s, "budget %.1f%% CPU", w);
-    if (get_num(o, "activations", &v))
-        part(&s, "%.0f activations", v);
-    print_line(out, "rate limit:", &s);
-
-    o = item(r, "cupti");
-    if ((text = get_str(o, "socket")))
-        part_str(&s, "", text);
-    else if (cJSON_IsNull(item(o, "socket")))
-        part(&s, "off");
-    if (get_num(o, "peers", &v))
-        part(&s, "%.0f peer%s", v, v == 1 ? "" : "s");
-    print_line(out, "cupti:", &s);
-
-    o = item(r, "disk");
-    if (get_num(o, "bytes", &v))
-        part(&s, "%.1f MiB", v / MIB);
-    if (get_num(o, "sets", &v))
-        part(&s, "%.0f set%s", v, v == 1 ? "" : "s");
-    if (get_num(o, "max_bytes", &v))
-        part(&s, "max %.1f MiB", v / MIB);
-    if (get_num(o, "deleted_sets", &v))
-        part(&s, "%.0f deleted", v);
-    print_line(out, "disk:", &s);
-
-    o = item(r, "memory");
-    if (get_num(o, "rss_bytes", &v))
-        part(&s, "RSS %.1f MiB", v / MIB);
-    if (get_num(o, "cache_bytes", &v) && get_num(o, "cache_max_bytes", &w))
-        part(&s, "caches %.1f of %.1f MiB", v / MIB, w / MIB);
-    else if (get_num(o, "cache_bytes", &v))
-        part(&s, "caches %.1f MiB", v / MIB);
-    print_line(out, "memory:", &s);
-
-    o = item(r, "discovery");
-    if (get_num(o, "delay_ms_p50", &v))
-        part(&s, "delay p50 %.1f ms", v);
-    if (get_num(o, "delay_ms_max", &v))
-        part(&s, "max %.1f ms", v);
-    if (get_num(o, "attached", &v))
-        part(&s, "%.0f attached", v);
-    if (get_num(o, "detached", &v))
-        part(&s, "%.0f detached", v);
-    if (get_num(o, "skipped_by_filter", &v))
-        part(&s, "%.0f skipped by filter", v);
-    print_line(out, "discovery:", &s);
+    for (int id = 0; id < NP_ST_COUNT; id++) {
+        const struct np_status_field *f = &np_status_fields[id];
+        if (!f->line)
+            continue;
+        if (line && strcmp(line, f->line) != 0)
+            print_line(out, line, &s);
+        line = f->line;
+        if (f->show == NP_SHOW_LIST)
+            print_list(out, reply, (enum np_status_id)id);
+        else
+            show_field(&s, reply, (enum np_status_id)id, shown);
+    }
+    print_line(out, line, &s);
     np_str_free(&s);
 }
 
@@ -467,65 +421,98 @@ static void connect_error(const char *path, int rc) {
     }
 }
 
-int np_cmd_ctl(int argc, char **argv) {
-    struct ctl_options opt = {.socket_path = NP_CTL_DEFAULT_SOCKET};
-    double duration_s = 0;
-    char *line = NULL, *reply = NULL;
-    int rc;
+/* --duration, as record's (np_settings_table's row). */
+static int parse_duration(const char *cmd, const char *text, double *out) {
+    char msg[512];
+    union np_value v;
+    if (strcmp(cmd, "start") != 0) {
+        np_err("--duration applies to start only");
+        return -EINVAL;
+    }
+    if (np_setting_parse(np_setting_by_flag("duration"), NP_SIDE_RECORD, text, &v, msg,
+                         sizeof(msg)) < 0) {
+        np_err("%s", msg);
+        return -EINVAL;
+    }
+    *out = v.d;
+    return 0;
+}
 
-    rc = parse_options(argc, argv, "+d:h", &opt);
-    if (rc)
-        return rc > 0 ? 0 : 2;
+/* The command and what goes with it; options may come after the command
+ * too: `ncclprobe ctl status --json`. 0, 1 after --help, -EINVAL. */
+static int parse_command(int argc, char **argv, struct ctl_options *opt, const char **cmd) {
     if (optind >= argc) {
         np_err("ctl needs a command: start, stop, status or snapshot");
         usage(stderr);
-        return 2;
+        return -EINVAL;
     }
-    const char *cmd = argv[optind];
-    if (!known_command(cmd)) {
-        np_err("unknown ctl command '%s' (start, stop, status or snapshot)", cmd);
-        return 2;
+    *cmd = argv[optind];
+    if (!known_command(*cmd)) {
+        np_err("unknown ctl command '%s' (start, stop, status or snapshot)", *cmd);
+        return -EINVAL;
     }
-    /* Options may come after the command too: `ncclprobe ctl status --json`. */
     int sub_argc = argc - optind;
     char **sub_argv = argv + optind;
-    rc = parse_options(sub_argc, sub_argv, "d:h", &opt);
+    int rc = parse_options(sub_argc, sub_argv, "d:h", opt);
     if (rc)
-        return rc > 0 ? 0 : 2;
+        return rc;
     if (optind < sub_argc) {
         np_err("unexpected argument '%s'", sub_argv[optind]);
-        return 2;
+        return -EINVAL;
     }
-    if (opt.duration) {
-        if (strcmp(cmd, "start") != 0) {
-            np_err("--duration applies to start only");
-            return 2;
-        }
-        if (np_parse_seconds(opt.duration, &duration_s) < 0 || duration_s <= 0 ||
-            duration_s > NP_CTL_MAX_DURATION_S) {
-            np_err("invalid --duration '%s': expected a positive number of seconds", opt.duration);
-            return 2;
-        }
-    }
-    if (!*opt.socket_path) {
+    if (!*opt->socket_path) {
         np_err("--socket needs a path");
-        return 2;
+        return -EINVAL;
     }
+    return 0;
+}
 
-    line = request_line(cmd, duration_s);
+static int print_schema(void) {
+    cJSON *schema = np_status_schema_json();
+    char *text = schema ? cJSON_Print(schema) : NULL;
+    cJSON_Delete(schema);
+    if (!text) {
+        np_err("out of memory");
+        return 1;
+    }
+    printf("%s\n", text);
+    cJSON_free(text);
+    return fflush(stdout) == 0 ? 0 : 1;
+}
+
+/* Sends the request, prints the reply; the exit status. */
+static int exchange(const struct ctl_options *opt, const char *cmd, double duration_s) {
+    char *reply = NULL, *line = request_line(cmd, duration_s);
     if (!line) {
         np_err("out of memory");
         return 1;
     }
-    rc = np_ctl_request_send(opt.socket_path, line, CTL_TIMEOUT_MS, &reply);
+    int rc = np_ctl_request_send(opt->socket_path, line, CTL_TIMEOUT_MS, &reply);
     cJSON_free(line);
     if (rc < 0) {
-        connect_error(opt.socket_path, rc);
+        connect_error(opt->socket_path, rc);
         return 1;
     }
-    rc = np_ctl_print_reply(cmd, reply, opt.json, stdout, stderr);
+    rc = np_ctl_print_reply(cmd, reply, opt->json, stdout, stderr);
     free(reply);
     if (fflush(stdout) != 0 && rc == 0)
         rc = 1;
     return rc;
+}
+
+int np_cmd_ctl(int argc, char **argv) {
+    struct ctl_options opt = {.socket_path = NP_CTL_DEFAULT_SOCKET};
+    const char *cmd = NULL;
+    double duration_s = 0;
+
+    int rc = parse_options(argc, argv, "+d:h", &opt);
+    if (!rc && !opt.schema)
+        rc = parse_command(argc, argv, &opt, &cmd);
+    if (!rc && opt.schema)
+        return print_schema();
+    if (!rc && opt.duration)
+        rc = parse_duration(cmd, opt.duration, &duration_s);
+    if (rc)
+        return rc > 0 ? 0 : 2;
+    return exchange(&opt, cmd, duration_s);
 }

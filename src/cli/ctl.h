@@ -1,6 +1,7 @@
 /* ctl.h - `ncclprobe ctl`: sends one command (start, stop, status,
  * snapshot) to a running `ncclprobe daemon` over its control socket and
- * prints the reply. */
+ * prints the reply; `ctl --schema` prints the fields of the status reply
+ * (daemon/status_schema.h). */
 #ifndef NP_CLI_CTL_H
 #define NP_CLI_CTL_H
 

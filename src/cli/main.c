@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/convert.h"
 #include "cli/ctl.h"
 #include "cli/flamegraph.h"
 #include "cli/merge.h"
@@ -9,9 +10,8 @@
 #include "cli/report.h"
 #include "daemon/daemon.h"
 #include "lib/util.h"
+#include "session/settings.h"
 #include "writers/formats.h"
-
-#define NCCLPROBE_VERSION "0.1.0"
 
 static void usage(FILE *f) {
     fprintf(

@@ -1,6 +1,8 @@
-/* record.c - the record session: options, BPF setup, targets, the event
- * loop and the final flush. Everything a recording owns hangs off struct
- * session and is released in session_destroy on every path. */
+/* record.c - `ncclprobe record` (see record.h): options, BPF setup, the
+ * processes attached to or started (child.c), the event loop, the final
+ * flush, summary.json and the derived outputs. The tracing itself is the
+ * session's (src/session/). Everything a run owns hangs off struct
+ * recording and is released in recording_destroy on every path. */
 #define _GNU_SOURCE
 #include "cli/record.h"
 
@@ -18,21 +20,17 @@
 #include <unistd.h>
 
 #include "attach/attach.h"
-#include "attach/target.h"
-#include "attach/uprobe_multi.h"
 #include "cli/child.h"
 #include "cli/options.h"
-#include "cli/preflight.h"
-#include "cli/session.h"
 #include "correlate/gpu.h"
-#include "correlate/kernels.h"
 #include "ingest/gpu_socket.h"
 #include "ingest/ingest.h"
 #include "lib/util.h"
 #include "ncclprobe.skel.h"
-#include "symbolize/pycode.h"
-#include "symbolize/symbolize.h"
-#include "unwind/unwind.h"
+#include "ncclprobe/recording.h"
+#include "session/preflight.h"
+#include "session/session.h"
+#include "session/target.h"
 #include "writers/formats.h"
 #include "writers/output.h"
 #include "writers/summary.h"
@@ -40,6 +38,13 @@
 #define EXIT_USAGE 2
 #define POLL_MS 100
 #define CONSUME_BUDGET 65536 /* records per slice of the event loop */
+
+/* A recording: its session, and the command it started (-- CMD). */
+struct recording {
+    struct np_session s;
+    struct np_child child;
+    bool have_child;
+};
 
 static int attach_pid(struct np_session *s, pid_t pid) {
     struct np_target *t;
@@ -63,14 +68,14 @@ static int attach_pid(struct np_session *s, pid_t pid) {
         np_err("cannot read process %d: %s", pid, strerror(-err));
         return err;
     }
-    int n = np_attach_from_maps(&s->attacher, t, 0);
+    int n = np_attach_from_maps(&s->attacher, &t->proc, 0);
     if (n < 0) {
         np_err("cannot attach to process %d: %s", pid, strerror(-n));
         return n;
     }
-    t->attached = true;
+    t->proc.attached = true;
     np_session_detect_python(s, t);
-    if (np_target_probe_count(t) == 0) {
+    if (np_process_probe_count(&t->proc) == 0) {
         if (s->opt.no_wait) {
             np_err("process %d (%s) has no CUDA or NCCL library loaded", pid, t->comm);
             return -ENOENT;
@@ -81,7 +86,7 @@ static int attach_pid(struct np_session *s, pid_t pid) {
         return 0;
     }
     np_info("recording process %d (%s): %d probes in %d libraries", pid, t->comm,
-            np_target_probe_count(t), np_target_cuda_library_count(t));
+            np_process_probe_count(&t->proc), np_process_cuda_library_count(&t->proc));
     return 0;
 }
 
@@ -111,83 +116,86 @@ static int inject_cupti(struct np_session *s) {
 
 /* Starts the command held before its exec and probes what it will map:
  * its first launch is captured once release_command lets it run. */
-static int prepare_command(struct np_session *s) {
+static int prepare_command(struct recording *r) {
+    struct np_session *s = &r->s;
     int err = s->opt.inject_cupti ? inject_cupti(s) : 0;
     if (err)
         return err;
     if (s->gpu_server) /* a library injected some other way finds us too */
         setenv(NP_WIRE_SOCKET_ENV, s->opt.cupti_socket, 1);
-    err = np_child_spawn(s->opt.command, &s->child);
+    err = np_child_spawn(s->opt.command, &r->child);
     if (err)
         return err;
-    s->have_child = true;
+    r->have_child = true;
     struct np_target *t;
-    err = np_session_add_target(s, s->child.pid, &t);
+    err = np_session_add_target(s, r->child.pid, &t);
     if (err)
         return err;
-    t->hold_loads = true;
+    t->proc.hold_loads = true;
     /* Probe the executable and every library the loader will map before
      * the program runs: its first launch is captured. */
-    err = np_attach_file(&s->attacher, t, s->child.path);
+    err = np_attach_file(&s->attacher, &t->proc, r->child.path);
     if (err > 0) /* probes in the executable itself (static cudart, static CPython) */
         err = 0;
     char **libs = NULL;
-    int n = np_child_needed_libraries(s->child.path, &libs);
+    int n = np_child_needed_libraries(r->child.path, &libs);
     for (int i = 0; !err && i < n; i++) {
-        int r = np_attach_file(&s->attacher, t, libs[i]);
-        if (r < 0)
-            np_debug("cannot pre-attach %s: %s", libs[i], strerror(-r));
+        int lerr = np_attach_file(&s->attacher, &t->proc, libs[i]);
+        if (lerr < 0)
+            np_debug("cannot pre-attach %s: %s", libs[i], strerror(-lerr));
     }
     np_free_string_list(libs, n > 0 ? n : 0);
     if (err < 0) {
-        np_err("cannot attach to %s: %s", s->child.path, strerror(-err));
+        np_err("cannot attach to %s: %s", r->child.path, strerror(-err));
         return err;
     }
-    t->attached = true;
-    int terr = np_child_trace_exit(&s->child);
+    t->proc.attached = true;
+    int terr = np_child_trace_exit(&r->child);
     if (terr)
         np_debug("cannot hold %s at its exit (%s): a very short run may lose its symbols",
-                 s->child.path, strerror(-terr));
+                 r->child.path, strerror(-terr));
     return 0;
 }
 
-static int release_command(struct np_session *s) {
-    int err = np_child_release(&s->child);
+static int release_command(struct recording *r) {
+    int err = np_child_release(&r->child);
     if (err)
         return err;
-    struct np_target *t = np_session_find_target(s, s->child.pid);
-    np_info("started %s (pid %d): %d probes attached before exec", s->child.path, s->child.pid,
-            t ? np_target_probe_count(t) : 0);
+    struct np_target *t = np_session_find_target(&r->s, r->child.pid);
+    np_info("started %s (pid %d): %d probes attached before exec", r->child.path, r->child.pid,
+            t ? np_process_probe_count(&t->proc) : 0);
     return 0;
 }
 
 /* ---- the loop ----------------------------------------------------------- */
 
-static void on_target_exit(struct np_session *s, struct np_target *t) {
+static void on_target_exit(struct recording *r, struct np_target *t) {
     if (!t || t->exited)
         return;
-    np_session_target_exited(s, t);
-    if (s->have_child && t->pid == s->child.pid && !s->child.reaped) {
-        waitpid(t->pid, &s->child.status, 0);
-        s->child.reaped = true;
+    np_session_target_exited(&r->s, t);
+    if (r->have_child && t->proc.pid == r->child.pid && !r->child.reaped) {
+        waitpid(t->proc.pid, &r->child.status, 0);
+        r->child.reaped = true;
     }
 }
 
 /* SIGCHLD from the command we started. Held at its exit, its memory is
  * still mapped: read everything it sent (creating its symbolizer if it
  * never got one) before letting it go. */
-static void on_child_event(struct np_session *s) {
-    if (!s->have_child || np_child_poll(&s->child) != NP_CHILD_AT_EXIT)
+static void on_child_event(struct recording *r) {
+    struct np_session *s = &r->s;
+    if (!r->have_child || np_child_poll(&r->child) != NP_CHILD_AT_EXIT)
         return;
-    struct np_target *t = np_session_find_target(s, s->child.pid);
-    if (t && !t->sym)
+    struct np_target *t = np_session_find_target(s, r->child.pid);
+    if (t && !t->in.sym)
         np_session_on_new_mapping(s, t, 0);
     s->ingest.budget = 0;
     ring_buffer__consume(s->rb);
-    np_child_let_exit(&s->child);
+    np_child_let_exit(&r->child);
 }
 
-static int run_loop(struct np_session *s) {
+static int run_loop(struct recording *r) {
+    struct np_session *s = &r->s;
     uint64_t deadline =
         s->opt.duration_s > 0 ? s->start_ns + (uint64_t)(s->opt.duration_s * 1e9) : UINT64_MAX;
     struct epoll_event evs[16];
@@ -223,7 +231,7 @@ static int run_loop(struct np_session *s) {
                 const char *stop = NULL;
                 while (read(s->sigfd, &si, sizeof(si)) == sizeof(si)) {
                     if (si.ssi_signo == SIGCHLD)
-                        on_child_event(s);
+                        on_child_event(r);
                     else
                         stop = si.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM";
                 }
@@ -234,7 +242,7 @@ static int run_loop(struct np_session *s) {
             } else if (tag == NP_TAG_GPU) {
                 np_gpu_server_poll(s->gpu_server);
             } else if (tag >= NP_TAG_TARGET) {
-                on_target_exit(s, np_session_find_target(s, (pid_t)(tag - NP_TAG_TARGET)));
+                on_target_exit(r, np_session_find_target(s, (pid_t)(tag - NP_TAG_TARGET)));
             }
         }
         np_session_gpu_tick(s, !s->backlog);
@@ -252,67 +260,26 @@ static int run_loop(struct np_session *s) {
 }
 
 static int write_summary(struct np_session *s) {
-    int ncpus = libbpf_num_possible_cpus();
-    size_t nprobes = s->attacher.nsites + 1;
-    uint64_t *hits = calloc(nprobes, sizeof(*hits));
-    uint64_t *drops = calloc(nprobes, sizeof(*drops));
-    uint64_t counters[NP_CNT_MAX] = {0};
-    int err = (!hits || !drops || ncpus <= 0) ? -ENOMEM : 0;
-
-    for (size_t id = 1; !err && id < nprobes; id++) {
-        hits[id] = np_session_probe_counter(s->skel->maps.probe_hits, (uint32_t)id);
-        drops[id] = np_session_probe_counter(s->skel->maps.probe_drops, (uint32_t)id);
-    }
-    for (__u32 c = 0; !err && c < NP_CNT_MAX; c++)
-        counters[c] = np_session_counter(s, c);
-
-    np_ingest_settle(&s->ingest);
-    if (!err) {
-        struct np_summary sum = {
-            .stop_reason = s->stop_reason ? s->stop_reason : "error",
-            .start_realtime_ns = s->start_realtime_ns,
-            .duration_s = (double)(np_monotonic_ns() - s->start_ns) / 1e9,
-            .targets = s->targets,
-            .ntargets = s->ntargets,
-            .attacher = &s->attacher,
-            .probe_hits = hits,
-            .probe_drops = drops,
-            .nprobes = nprobes,
-            .counters = counters,
-            .ingest = &s->ingest.stats,
-            .unwind = s->opt.unwind == UNWIND_FP ? NULL : &s->ingest.unwind,
-            .unwind_mode = s->opt.unwind == UNWIND_FP      ? "fp"
-                           : s->opt.unwind == UNWIND_DWARF ? "dwarf"
-                                                           : "auto",
-            .stack_bytes = s->opt.unwind == UNWIND_FP ? 0 : (uint32_t)s->opt.stack_bytes,
-            .out = s->out,
-            .gpu_server = s->gpu_server ? np_gpu_server_stats(s->gpu_server) : NULL,
-            .gpu_join = s->gpu_join ? np_gpu_join_counters(s->gpu_join) : NULL,
-            .gpu_socket = s->gpu_server ? s->opt.cupti_socket : NULL,
-            .nccl_comms = &s->ingest.nccl_comms,
-        };
-        char path[4200];
-        snprintf(path, sizeof(path), "%s/summary.json", np_output_dir(s->out));
-        err = np_summary_write(path, &sum);
-        const struct np_output_totals *ot = np_output_totals(s->out);
-        np_info("%llu launches and %llu NCCL calls recorded, %llu events dropped, in %s",
-                (unsigned long long)ot->launches, (unsigned long long)ot->nccl_ops,
-                (unsigned long long)counters[NP_CNT_LAUNCH_DROPPED], np_output_dir(s->out));
-        if (counters[NP_CNT_LAUNCH_DROPPED])
-            np_warn("the ring buffer overflowed: raise --ring-buffer-mb or lower --wakeup-kb");
-    }
-    free(hits);
-    free(drops);
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/" NP_REC_SUMMARY_JSON, np_output_dir(s->out));
+    int err = np_session_write_summary(s, path);
+    const struct np_output_totals *ot = np_output_totals(s->out);
+    uint64_t dropped = np_session_counter(s, NP_CNT_LAUNCH_DROPPED);
+    np_info("%llu launches and %llu NCCL calls recorded, %llu events dropped, in %s",
+            (unsigned long long)ot->launches, (unsigned long long)ot->nccl_ops,
+            (unsigned long long)dropped, np_output_dir(s->out));
+    if (dropped)
+        np_warn("the ring buffer overflowed: raise --ring-buffer-mb or lower --wakeup-kb");
     return err;
 }
 
-static void session_destroy(struct np_session *s) {
-    if (s->have_child && s->child.release_fd >= 0)
-        np_child_abort(&s->child);
-    np_child_free(&s->child);
-    np_session_free(s);
-    free(s->opt.pids);
-    free(s->opt.output_dir);
+static void recording_destroy(struct recording *r) {
+    if (r->have_child && r->child.release_fd >= 0)
+        np_child_abort(&r->child);
+    np_child_free(&r->child);
+    np_session_free(&r->s);
+    free(r->s.opt.pids);
+    free(r->s.opt.output_dir);
 }
 
 /* The output directory is made once the targets are in hand, so a run that
@@ -362,7 +329,6 @@ static int open_output(struct np_session *s) {
         np_err("cannot write the output directory %s: %s", s->opt.output_dir, strerror(-err));
         return err;
     }
-    s->ingest.out = s->out;
     if (s->opt.raw_dump && !(s->ingest.raw_dump = fopen(s->opt.raw_dump, "we"))) {
         err = -errno;
         np_err("cannot write --raw-dump %s: %s", s->opt.raw_dump, strerror(-err));
@@ -395,69 +361,62 @@ static int finish_output(struct np_session *s, int err) {
 }
 
 int np_cmd_record(int argc, char **argv) {
-    struct np_session s = {.epfd = -1, .sigfd = -1, .child = {.release_fd = -1}};
-    int err = np_record_parse_options(argc, argv, &s.opt);
-    np_session_set_verbose(s.opt.verbose);
+    struct recording r = {.s = {.epfd = -1, .sigfd = -1}, .child = {.release_fd = -1}};
+    struct np_session *s = &r.s;
+    int err = np_record_parse_options(argc, argv, &s->opt);
+    np_session_set_verbose(s->opt.verbose);
     if (err) {
-        session_destroy(&s);
+        recording_destroy(&r);
         return EXIT_USAGE;
     }
     err = np_preflight();
     if (err)
         goto out;
-    if (!s.opt.output_dir)
-        s.opt.output_dir = np_default_output_dir();
-    err = s.opt.output_dir ? check_output_dir(s.opt.output_dir) : -ENOMEM;
+    if (!s->opt.output_dir)
+        s->opt.output_dir = np_default_output_dir();
+    err = s->opt.output_dir ? check_output_dir(s->opt.output_dir) : -ENOMEM;
     if (err) {
-        np_err("cannot write the output directory %s: %s", s.opt.output_dir ? s.opt.output_dir : "",
-               strerror(-err));
+        np_err("cannot write the output directory %s: %s",
+               s->opt.output_dir ? s->opt.output_dir : "", strerror(-err));
         goto out;
     }
-    s.epfd = epoll_create1(EPOLL_CLOEXEC);
-    err = s.epfd < 0 ? -errno : np_session_setup_signals(&s, SIGCHLD);
+    s->epfd = epoll_create1(EPOLL_CLOEXEC);
+    err = s->epfd < 0 ? -errno : np_session_setup_signals(s, SIGCHLD);
     if (!err)
-        err = np_session_setup_bpf(&s);
+        err = np_session_setup_bpf(s);
     if (err)
         goto out;
-    s.ingest = (struct np_ingest){
-        .attacher = &s.attacher,
-        .find_target = np_session_find_target,
-        .on_new_mapping = np_session_on_new_mapping,
-        .ctx = &s,
-        .fp_fallback = s.opt.unwind == UNWIND_AUTO,
-        .inline_folded = s.opt.inline_frames,
-        .python_mode = s.opt.python,
-    };
-    err = np_session_setup_gpu(&s);
+    np_session_setup_ingest(s);
+    err = np_session_setup_gpu(s);
     if (err)
         goto out;
-    s.start_ns = np_monotonic_ns();
-    s.start_realtime_ns = np_realtime_ns();
-    for (size_t i = 0; !err && i < s.opt.npids; i++)
-        err = attach_pid(&s, s.opt.pids[i]);
-    if (!err && s.opt.command)
-        err = prepare_command(&s);
+    s->start_ns = np_monotonic_ns();
+    s->start_realtime_ns = np_realtime_ns();
+    for (size_t i = 0; !err && i < s->opt.npids; i++)
+        err = attach_pid(s, s->opt.pids[i]);
+    if (!err && s->opt.command)
+        err = prepare_command(&r);
     if (!err) /* tracing starts: from here on the recording exists */
-        err = open_output(&s);
-    if (!err && s.opt.command)
-        err = release_command(&s);
+        err = open_output(s);
+    if (!err && s->opt.command)
+        err = release_command(&r);
     if (!err)
-        err = run_loop(&s);
-    if (s.out) { /* what is queued goes into the recording */
-        if (s.skel && s.rb)
-            np_session_stop_and_drain(&s);
-        if (s.rb)
-            on_child_event(&s); /* a child held at its exit meanwhile: read it, let it go */
-        np_session_finish_gpu(&s);
+        err = run_loop(&r);
+    if (s->out) { /* what is queued goes into the recording */
+        if (s->skel && s->rb)
+            np_session_stop_and_drain(s);
+        if (s->rb)
+            on_child_event(&r); /* a child held at its exit meanwhile: read it, let it go */
+        np_session_finish_gpu(s);
     }
-    if (s.have_child && !s.child.reaped)
-        kill(s.child.pid, SIGCONT); /* never leave it held at a library load */
+    if (r.have_child && !r.child.reaped)
+        kill(r.child.pid, SIGCONT); /* never leave it held at a library load */
 
 out:
-    if (s.out)
-        err = finish_output(&s, err);
-    if (s.have_child && s.child.reaped && WIFEXITED(s.child.status) && WEXITSTATUS(s.child.status))
-        np_info("%s exited with status %d", s.opt.command[0], WEXITSTATUS(s.child.status));
-    session_destroy(&s);
+    if (s->out)
+        err = finish_output(s, err);
+    if (r.have_child && r.child.reaped && WIFEXITED(r.child.status) && WEXITSTATUS(r.child.status))
+        np_info("%s exited with status %d", s->opt.command[0], WEXITSTATUS(r.child.status));
+    recording_destroy(&r);
     return err ? 1 : 0;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ingest/nccl_plan.h"
+#include "lib/util.h"
 
 void np_nccl_comms_init(struct np_nccl_comms *c) {
     memset(c, 0, sizeof(*c));
@@ -27,14 +28,11 @@ static bool same_id(const struct np_nccl_comm_id *a, const struct np_nccl_comm_i
 
 static struct np_nccl_comm_stats *add_entry(struct np_nccl_comms *c, const char *key, uint32_t pid,
                                             uint64_t comm, const struct np_nccl_comm_id *id) {
-    if (c->count == c->cap) {
-        size_t ncap = c->cap ? c->cap * 2 : 8;
-        struct np_nccl_comm_stats *items = realloc(c->items, ncap * sizeof(*items));
-        if (!items)
-            return NULL;
-        c->items = items;
-        c->cap = ncap;
-    }
+    struct np_nccl_comm_stats *items =
+        np_grow_array(c->items, &c->cap, c->count + 1, sizeof(*items));
+    if (!items)
+        return NULL;
+    c->items = items;
     if (np_map_put_str(&c->index, key, (void *)(uintptr_t)(c->count + 1)) < 0)
         return NULL;
     struct np_nccl_comm_stats *s = &c->items[c->count++];

@@ -1,9 +1,10 @@
 /* activity.c - CUPTI activity buffers of libncclprobe_cupti.so: hands CUPTI
  * host buffers (bounded in number), and turns each completed buffer into
  * wire frames of struct np_gpu_record (gpu_wire.h) for the sink. Only the
- * fields the daemon uses are copied, so CUPTI's struct versions stay here. */
+ * fields ncclprobe uses are copied, so CUPTI's struct versions stay here. */
 #define _GNU_SOURCE
 #include "cupti/activity.h"
+#include "cupti/launch_api.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,16 +3,17 @@
  * cuInit, on the thread that first uses CUDA.
  *
  * What it does:
- *   - At each launch-API callback (ENTER) it calls ncclprobe_cupti_marker()
- *     with the call's correlation id on the launching thread. ncclprobe
- *     uprobes that function, so the daemon pairs the id with that thread's
- *     launch event exactly (never through CUPTI's threadId).
+ *   - At each launch-API callback (ENTER; the APIs are launch_api.c's) it
+ *     calls ncclprobe_cupti_marker() with the call's correlation id on the
+ *     launching thread. ncclprobe uprobes that function, so it pairs the id
+ *     with that thread's launch event exactly (never through CUPTI's
+ *     threadId).
  *   - It turns CUPTI activity on (kernels, memcpys, memsets) with a
  *     CLOCK_MONOTONIC timestamp callback, registered once before anything
  *     is enabled, so GPU times are on the clock BPF uses.
- *   - GPU records go to the daemon's socket, or with NCCLPROBE_CUPTI_OUTPUT
- *     to a Chrome-trace JSON file (sink.c).
- * Until a daemon is reached (socket mode) CUPTI is not touched at all, so an
+ *   - GPU records go to ncclprobe's socket (record's or the daemon's), or
+ *     with NCCLPROBE_CUPTI_OUTPUT to a Chrome-trace JSON file (sink.c).
+ * Until ncclprobe is reached (socket mode) CUPTI is not touched at all, so an
  * idle injection costs a connect() attempt a second. Once on, it stays on:
  * toggling CUPTI sessions breaks graph correlation ids in CUPTI 13.0.
  * If another subscriber (torch.profiler, Nsight) holds CUPTI we log one line
@@ -27,6 +28,7 @@
 
 #include "cupti/activity.h"
 #include "cupti/cupti_api.h"
+#include "cupti/launch_api.h"
 #include "cupti/sink.h"
 #include "ncclprobe/gpu_wire.h"
 
@@ -50,55 +52,6 @@ ncclprobe_cupti_marker(uint32_t correlation_id, uint32_t domain, uint32_t cbid) 
     __asm__ volatile(".byte 0x0f, 0x1f, 0x44, 0x00, 0x00" ::"r"(correlation_id), "r"(domain),
                      "r"(cbid)
                      : "memory");
-}
-
-static const CUpti_CallbackId runtime_launches[] = {
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
-    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
-    CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000,
-    CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000,
-};
-static const char *const runtime_names[] = {
-    "cudaLaunchKernel",         "cudaLaunchKernel_ptsz",       "cudaLaunchKernelExC",
-    "cudaLaunchKernelExC_ptsz", "cudaLaunchCooperativeKernel", "cudaLaunchCooperativeKernel_ptsz",
-    "cudaGraphLaunch",          "cudaGraphLaunch_ptsz",        "__cudaLaunchKernel",
-    "__cudaLaunchKernel_ptsz",
-};
-static const CUpti_CallbackId driver_launches[] = {
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
-    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
-};
-static const char *const driver_names[] = {
-    "cuLaunchKernel",        "cuLaunchKernel_ptsz",       "cuLaunchKernelEx",
-    "cuLaunchKernelEx_ptsz", "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz",
-    "cuGraphLaunch",         "cuGraphLaunch_ptsz",
-};
-
-const CUpti_CallbackId *np_launch_cbids(bool runtime, size_t *count) {
-    *count = runtime ? sizeof(runtime_launches) / sizeof(runtime_launches[0])
-                     : sizeof(driver_launches) / sizeof(driver_launches[0]);
-    return runtime ? runtime_launches : driver_launches;
-}
-
-const char *np_launch_api_name(bool runtime, CUpti_CallbackId cbid) {
-    size_t n;
-    const CUpti_CallbackId *ids = np_launch_cbids(runtime, &n);
-    for (size_t i = 0; i < n; i++)
-        if (ids[i] == cbid)
-            return runtime ? runtime_names[i] : driver_names[i];
-    return runtime ? "cudaRuntimeApi" : "cuDriverApi";
 }
 
 static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,

@@ -1,9 +1,10 @@
 /* sink.h - where libncclprobe_cupti.so's GPU records go: a bounded queue of
  * wire frames (gpu_wire.h), drained by one background thread of ours that
- * sends them to the ncclprobe daemon's socket or, in file mode
- * (NCCLPROBE_CUPTI_OUTPUT), writes them as Chrome-trace JSON. The thread
- * also flushes CUPTI periodically. Nothing here ever blocks an application
- * thread: a full queue or an absent daemon drops frames and counts them. */
+ * sends them to ncclprobe's socket (record's or the daemon's; "the daemon"
+ * below) or, in file mode (NCCLPROBE_CUPTI_OUTPUT), writes them as
+ * Chrome-trace JSON. The thread also flushes CUPTI periodically. Nothing
+ * here ever blocks an application thread: a full queue or an absent daemon
+ * drops frames and counts them. */
 #ifndef NP_CUPTI_SINK_H
 #define NP_CUPTI_SINK_H
 

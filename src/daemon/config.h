@@ -15,38 +15,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ingest/ingest.h" /* enum np_python_mode */
-#include "lib/util.h"      /* enum np_log_level */
+#include "session/settings.h" /* struct np_daemon_config, its keys (np_settings_table) */
 
 #define NP_CONFIG_DEFAULT_PATH "/etc/ncclprobe/ncclprobe.conf"
 /* A file larger than this is refused (-EFBIG): no configuration is. */
 #define NP_CONFIG_MAX_FILE_BYTES (1u << 20)
 
-/* A list of glob patterns (each a NUL-terminated, non-empty string). */
-struct np_globs {
-    char **items;
-    size_t n;
-};
-
-struct np_daemon_config {
-    char *output_dir, *ctl_socket, *cupti_socket, *flag_file; /* flag_file NULL: none */
-    bool gpu, aggregate;
-    /* max_output_age_ms 0: no age cap. Every duration is at most 36500 days,
-     * so converting one to nanoseconds cannot overflow a uint64_t. */
-    uint64_t gpu_timeout_ms, aggregate_interval_ms, max_window_ms, max_output_age_ms;
-    struct np_globs include_comm, exclude_comm, include_exe, exclude_exe, include_cgroup,
-        exclude_cgroup, include_container, exclude_container;
-    uint64_t max_output_bytes, cache_bytes, ring_buffer_bytes;
-    double cpu_budget_percent; /* 1..100 */
-    uint64_t rate_limit;       /* launches/s per probe while over budget, 1..1e9 */
-    enum np_cfg_unwind { NP_CFG_UNWIND_AUTO, NP_CFG_UNWIND_DWARF, NP_CFG_UNWIND_FP } unwind;
-    uint32_t stack_bytes, python_depth;
-    enum np_python_mode python;
-    enum np_log_level log_level;
-    unsigned formats; /* enum np_format bits: outputs made from each finished set */
-};
-
-/* Fills *c with the built-in defaults (the table in docs/daemon.md),
+/* Fills *c with the built-in defaults (np_settings_table's, as in docs/daemon.md),
  * without freeing what *c held. 0, or -ENOMEM (then *c holds no memory). */
 int np_config_defaults(struct np_daemon_config *c);
 

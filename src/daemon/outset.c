@@ -14,8 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/json.h"
 #include "lib/util.h"
-#include "writers/json.h"
 #include "writers/output.h"
 
 void np_outset_safe_name(char *out, size_t size, size_t max, const char *in) {
@@ -55,7 +55,7 @@ int np_outset_open(const char *root, const char *host, enum np_outset_kind kind,
         snprintf(dir + n, sizeof(dir) - (size_t)n, "-%d", i);
     }
     char marker[4200];
-    snprintf(marker, sizeof(marker), "%s/" NP_OUTSET_MARKER, dir);
+    snprintf(marker, sizeof(marker), "%s/" NP_REC_SET_MARKER, dir);
     int fd = open(marker, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     if (fd >= 0)
         close(fd);
@@ -87,14 +87,14 @@ static int write_window_json(const struct np_outset *s, const struct np_output_t
         return -ENOMEM;
     char when[32];
     np_json_add_u64(root, "format_version", 1);
-    cJSON *proc = cJSON_AddObjectToObject(root, "process");
+    cJSON *proc = cJSON_AddObjectToObject(root, NP_KEY_PROCESS);
     np_json_add_u64(proc, "pid", (uint64_t)s->labels.pid);
     np_json_add_u64(proc, "ns_pid", (uint64_t)s->labels.ns_pid);
     np_json_add_text(proc, "comm", s->labels.comm);
     np_json_add_text(proc, "exe", s->labels.exe);
     np_json_add_text(proc, "cgroup", s->labels.cgroup);
     np_json_add_text(proc, "container", s->labels.container);
-    cJSON *win = cJSON_AddObjectToObject(root, "window");
+    cJSON *win = cJSON_AddObjectToObject(root, NP_KEY_WINDOW);
     cJSON_AddStringToObject(win, "kind", s->kind == NP_OUTSET_AGGREGATE ? "aggregate" : "window");
     np_json_add_u64(win, "id", s->window_id);
     cJSON_AddStringToObject(win, "reason", s->reason);
@@ -102,8 +102,8 @@ static int write_window_json(const struct np_outset *s, const struct np_output_t
     cJSON_AddStringToObject(win, "start", when);
     np_format_utc(when, sizeof(when), s->end_realtime_ns, false);
     cJSON_AddStringToObject(win, "end", when);
-    np_json_add_u64(win, "start_unix_ns", s->start_realtime_ns);
-    np_json_add_u64(win, "end_unix_ns", s->end_realtime_ns);
+    np_json_add_u64(win, NP_KEY_START_UNIX_NS, s->start_realtime_ns);
+    np_json_add_u64(win, NP_KEY_END_UNIX_NS, s->end_realtime_ns);
     cJSON *tot = cJSON_AddObjectToObject(root, "totals");
     np_json_add_u64(tot, "launches", t->launches);
     np_json_add_u64(tot, "nested_launches", t->nested);
@@ -114,7 +114,7 @@ static int write_window_json(const struct np_outset *s, const struct np_output_t
     cJSON_AddBoolToObject(tot, "per_launch_complete", t->cut_error == 0);
     np_json_add_u64(tot, "records_cut", t->records_cut);
     char path[4200];
-    snprintf(path, sizeof(path), "%s/window.json", s->dir);
+    snprintf(path, sizeof(path), "%s/" NP_REC_WINDOW_JSON, s->dir);
     return np_json_write_file(path, root);
 }
 
@@ -153,7 +153,7 @@ static int measure_set(int rootfd, const char *name, uint64_t *bytes, int64_t *m
     if (fd < 0)
         return -errno;
     struct stat st;
-    if (fstatat(fd, NP_OUTSET_MARKER, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+    if (fstatat(fd, NP_REC_SET_MARKER, &st, AT_SYMLINK_NOFOLLOW) < 0) {
         close(fd);
         return -ENOENT;
     }

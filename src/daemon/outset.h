@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "daemon/proc.h"
+#include "ncclprobe/recording.h"
 
 struct np_output;
 
@@ -46,9 +47,8 @@ int np_outset_open(const char *root, const char *host, enum np_outset_kind kind,
  * window.json for the process's labels. */
 int np_outset_finish(struct np_outset *s, uint64_t *launches);
 
-/* The marker every set directory holds from its creation: retention only
- * ever deletes directories that have it. */
-#define NP_OUTSET_MARKER ".ncclprobe-set"
+/* Every set directory holds the marker NP_REC_SET_MARKER (recording.h)
+ * from its creation: retention only ever deletes directories that have it. */
 
 struct np_retention {
     uint64_t bytes, sets;  /* what output_dir holds (sets only) */

@@ -3,7 +3,7 @@
  * frame's size (at most NP_WIRE_MAX_FRAME) when one needs it; a frame is
  * checked whole before any of its records is used. At most 256 connections
  * at once, and one that says nothing for 5 s is closed: an idle or hostile
- * local user cannot make the daemon hold much memory. The path itself (what
+ * local user cannot make ncclprobe hold much memory. The path itself (what
  * may be replaced there, bind, mode 0666, unlinking) and accepting with the
  * peer's credentials are lib/unix_listener.c's, shared with the control
  * socket. */

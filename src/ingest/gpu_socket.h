@@ -1,4 +1,4 @@
-/* gpu_socket.h - the daemon's end of the CUPTI library's socket: accepts
+/* gpu_socket.h - ncclprobe's end of the CUPTI library's socket: accepts
  * the traced processes' libncclprobe_cupti.so, checks who they are (the
  * kernel's peer credentials, not what they claim), validates every frame of
  * gpu_wire.h and hands GPU records on. A client that sends anything

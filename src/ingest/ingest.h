@@ -1,8 +1,11 @@
 /* ingest.h - the ring-buffer consumer: validates each record, finds its
- * process and probe, and routes it - launches through symbolization and
- * kernel naming to the writers, handle records to the kernel-name table,
- * mapping records back to the session (new libraries to probe).
- * Records are handled as they arrive, while the process's mappings exist. */
+ * process and probe, decodes it, and hands it on through struct
+ * np_ingest_ops - launches and NCCL calls decoded and with their stacks
+ * (unwound, symbolized, Python frames merged), kernel-handle records,
+ * CUPTI correlation markers, and library loads (new code to probe).
+ * Records are handled as they arrive, while the process's mappings exist.
+ * What happens next (kernel names, the GPU join, the writers) is the
+ * session's: ingest knows nothing after itself. */
 #ifndef NP_INGEST_H
 #define NP_INGEST_H
 
@@ -12,15 +15,20 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "correlate/nccl_comms.h"
-#include "lib/hashmap.h"
-#include "lib/util.h"
 #include <sys/types.h>
 
+#include "lib/hashmap.h"
+#include "lib/util.h"
+
 struct np_attacher;
-struct np_gpu_join;
-struct np_output;
-struct np_target;
+struct np_process;
+struct np_symbolizer;
+struct np_unwinder;
+struct np_pycode;
+struct np_probe_site;
+struct np_launch;
+struct np_handle_event;
+struct np_marker_event;
 
 struct np_ingest_stats {
     uint64_t launch_events; /* launch + NCCL API records received */
@@ -35,7 +43,7 @@ struct np_ingest_stats {
     uint64_t nccl_plans_unclaimed; /* ... whose launch record never came (dropped) */
     uint64_t nccl_launches_without_plan; /* NCCL launches whose plan was not read */
     uint64_t nccl_internal_calls;        /* NCCL API calls made by libnccl itself: not written */
-    uint64_t not_recorded;               /* launches of a target with no output set open */
+    uint64_t not_recorded;               /* launches of a process not recorded now (daemon) */
     uint64_t *per_probe; /* launches by the probe the caller called, index = probe id */
     size_t per_probe_len;
 };
@@ -67,29 +75,54 @@ struct np_stack_texts {
  * added beside the raw interpreter frames, or not walked at all. */
 enum np_python_mode { NP_PYTHON_MERGE = 0, NP_PYTHON_RAW, NP_PYTHON_OFF };
 
+/* What ingest reads and keeps per traced process (the session's target
+ * embeds one). */
+struct np_ingest_proc {
+    struct np_process *process;   /* pid, libraries (a probe's lib_index), hold_loads */
+    struct np_symbolizer *sym;    /* NULL until the process's mappings could be read */
+    struct np_unwinder *unwinder; /* with sym */
+    struct np_pycode *pycode;     /* reads its code objects (Python frames -> file:line) */
+    struct np_map stack_texts;    /* hash of a PC sequence -> its folded text */
+    uint64_t stack_text_bytes;    /* ... and the bytes it holds */
+};
+
+/* Drops the cached stack texts (a library was loaded: names may change). */
+void np_ingest_proc_forget_stacks(struct np_ingest_proc *p);
+
+struct np_ingest;
+
+/* Where ingest hands what it decoded. The owner of the struct np_ingest
+ * implements these and finds itself from `in` (np_container_of). */
+struct np_ingest_ops {
+    /* The process of a pid we trace, or NULL. */
+    struct np_ingest_proc *(*find)(struct np_ingest *in, pid_t pid);
+    /* Whether its launches are recorded now (NULL: always). Those that are
+     * not are counted (not_recorded) and cost no unwinding. */
+    bool (*recording)(struct np_ingest *in, struct np_ingest_proc *p);
+    /* It mapped new code (a library load), or this is the first record of
+     * a process ncclprobe started: probe it, refresh its symbols. */
+    void (*new_mapping)(struct np_ingest *in, struct np_ingest_proc *p, uint64_t ts_ns);
+    /* A launch or an NCCL API call, decoded, with its stack; the callee may
+     * add frames to the texts (NCCL's [NCCL]Op). */
+    void (*launch)(struct np_ingest *in, struct np_ingest_proc *p, const struct np_launch *l,
+                   struct np_stack_texts *stack);
+    /* A handle producer returned (cuModuleGetFunction...): a kernel's name. */
+    void (*handle)(struct np_ingest *in, struct np_ingest_proc *p, const struct np_probe_site *site,
+                   const struct np_handle_event *h);
+    /* A CUPTI correlation marker of a launch. */
+    void (*marker)(struct np_ingest *in, const struct np_marker_event *m);
+};
+
 struct np_ingest {
     struct np_attacher *attacher;
-    struct np_output *out;
-    struct np_target *(*find_target)(void *ctx, pid_t pid);
-    void (*on_new_mapping)(void *ctx, struct np_target *t, uint64_t ts_ns);
-    /* Where a target's records go now (the daemon: its current output set;
-     * NULL: nowhere, the record is counted in not_recorded). Without this
-     * callback every record goes to `out`. */
-    struct np_output *(*output_for)(void *ctx, struct np_target *t);
-    /* A launch written to `out` waits in the GPU join for its records (the
-     * join hands it back to the session's retire, with out as its owner). */
-    void (*on_held)(void *ctx, struct np_output *out);
-    void *ctx;
+    const struct np_ingest_ops *ops;
     long budget;        /* records left before yielding; <= 0: no limit */
     bool fp_fallback;   /* --unwind auto: follow frame pointers where CFI is missing */
     bool inline_folded; /* --inline: inlined frames in the folded outputs too */
     enum np_python_mode python_mode;
-    struct np_gpu_join *gpu;     /* the launch <-> GPU record join; NULL: no GPU side */
-    struct np_str held_json;     /* a launch's JSON while the join holds it */
     FILE *raw_dump;              /* --raw-dump: every record as received, "u32 size, bytes" */
     struct np_stack_texts stack; /* reused for each launch's stack */
     struct np_map nccl_pending;  /* tid -> struct np_nccl_plan * waiting for its launch record */
-    struct np_nccl_comms nccl_comms;
     struct np_ingest_stats stats;
     struct np_unwind_stats unwind;
 };
@@ -109,7 +142,7 @@ void np_ingest_settle(struct np_ingest *in);
 void np_ingest_append_location(struct np_str *locations);
 
 struct np_launch_event;
-void np_ingest_build_stack(struct np_ingest *in, struct np_target *t,
+void np_ingest_build_stack(struct np_ingest *in, struct np_ingest_proc *p,
                            const struct np_launch_event *e, const char *entry_name,
                            struct np_stack_texts *out);
 

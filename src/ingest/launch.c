@@ -1,6 +1,7 @@
-/* launch.c - argument decoding per layout (see launch.h). Register order is
- * SysV x86-64: rdi rsi rdx rcx r8 r9, then the stack above the return
- * address. A dim3 (12 bytes) travels in two registers: x|y<<32, then z. */
+/* launch.c - argument decoding per layout, and NCCL's datatype and
+ * reduction-op names (see launch.h). Register order is SysV x86-64: rdi rsi
+ * rdx rcx r8 r9, then the stack above the return address. A dim3 (12 bytes)
+ * travels in two registers: x|y<<32, then z. */
 #include "ingest/launch.h"
 
 #include <string.h>

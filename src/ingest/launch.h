@@ -1,6 +1,7 @@
 /* launch.h - a launch event decoded: the raw registers and stack words the
  * probe copied, turned into the arguments of the function the caller
- * called (see enum np_arg_layout). */
+ * called (see enum np_arg_layout); and the names of an NCCL call's
+ * datatype and reduction op. */
 #ifndef NP_LAUNCH_H
 #define NP_LAUNCH_H
 
@@ -22,6 +23,7 @@ struct np_launch {
     uint64_t stream;
     /* NCCL API */
     bool is_nccl_op;
+    bool nccl_internal; /* set by ingest: a call libnccl made itself (part of the outer one) */
     uint64_t sendbuff, recvbuff, count, comm;
     int64_t datatype, redop, root, peer; /* -1 when the call has none */
     struct np_nccl_comm_id comm_id;      /* the communicator's identity, when read */

@@ -2,7 +2,8 @@
  * at ncclLaunchKernel / ncclLaunchCeColl (raw bytes, see events.h) turned
  * into the communicator, the kernel, its grid and block, the stream, and
  * the operations the plan carries - with the layout of the libnccl that
- * launched it. NCCL's enum names live here too. */
+ * launched it. The names of NCCL's functions, algorithms and protocols
+ * live here too. */
 #ifndef NP_NCCL_PLAN_H
 #define NP_NCCL_PLAN_H
 

@@ -19,17 +19,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attach/target.h"
+#include "attach/process.h"
 #include "ingest/ingest.h"
 #include "lib/hashmap.h"
+#include "lib/json.h"
 #include "lib/util.h"
 #include "ncclprobe/events.h"
+#include "ncclprobe/recording.h"
 #include "symbolize/pycode.h"
 #include "symbolize/symbolize.h"
 #include "unwind/unwind.h"
-#include "writers/json.h"
-
-#define PY_TRUNCATED_MARKER "[python truncated]"
 
 /* What a stack is made of, before it becomes text. */
 struct stack_input {
@@ -75,15 +74,15 @@ static void add_py_block(struct plan *p, const struct stack_input *in, uint32_t 
             break;
     }
     if (*next == in->n_py && in->py_truncated)
-        add_item(p, ITEM_MARKER, 0, PY_TRUNCATED_MARKER);
+        add_item(p, ITEM_MARKER, 0, NP_FRAME_PY_TRUNCATED);
 }
 
 static bool is_eval_loop(const struct np_frame *f) {
     return strncmp(f->name, "_PyEval_EvalFrameDefault", 24) == 0;
 }
 
-static void plan_stack(struct np_target *t, const struct stack_input *in, enum np_python_mode mode,
-                       struct plan *p) {
+static void plan_stack(struct np_ingest_proc *t, const struct stack_input *in,
+                       enum np_python_mode mode, struct plan *p) {
     p->n = 0;
     bool python = in->n_py > 0 && mode != NP_PYTHON_OFF && t->sym;
     int last_eval = -1;
@@ -110,7 +109,7 @@ static void plan_stack(struct np_target *t, const struct stack_input *in, enum n
             continue;
         }
         if (mode == NP_PYTHON_MERGE && (int)i < last_eval &&
-            strcmp(f->module_path, t->python.path) == 0)
+            strcmp(f->module_path, t->process->python.path) == 0)
             continue; /* the interpreter's call machinery between Python frames */
         add_item(p, ITEM_NATIVE, i, NULL);
     }
@@ -136,10 +135,10 @@ static void open_location(struct np_str *out) {
 }
 
 static void add_location_file(struct np_str *out, const char *file, int line, bool first) {
-    np_str_append(out, first ? "\"file\":" : ",\"file\":");
+    np_str_append(out, first ? "\"" NP_KEY_FILE "\":" : ",\"" NP_KEY_FILE "\":");
     np_json_string(out, file);
     if (line > 0)
-        np_str_appendf(out, ",\"line\":%d", line);
+        np_str_appendf(out, ",\"" NP_KEY_LINE "\":%d", line);
 }
 
 /* A native frame's (or one inlined at it) location: its module, where in
@@ -148,10 +147,11 @@ static void native_location(struct np_str *out, const struct np_frame *f,
                             const struct np_src_pos *src) {
     open_location(out);
     if (f && f->module_path[0]) {
-        np_str_append(out, "\"module\":");
+        np_str_append(out, "\"" NP_KEY_MODULE "\":");
         np_json_string(out, f->module_path);
-        np_str_appendf(out, ",\"build_id\":\"%s\",\"offset\":\"0x%" PRIx64 "\"", f->build_id,
-                       f->module_offset);
+        np_str_appendf(out,
+                       ",\"" NP_KEY_BUILD_ID "\":\"%s\",\"" NP_KEY_OFFSET "\":\"0x%" PRIx64 "\"",
+                       f->build_id, f->module_offset);
         if (src && src->file)
             add_location_file(out, src->file, src->line, false);
     }
@@ -160,15 +160,15 @@ static void native_location(struct np_str *out, const struct np_frame *f,
 
 /* "qualname (file.py:LINE)": the short file name in the folded text, the
  * full path in the detailed one. */
-static void append_python(struct np_target *t, const struct np_py_frame *f,
+static void append_python(struct np_ingest_proc *t, const struct np_py_frame *f,
                           struct np_stack_texts *out) {
     struct np_py_location loc;
     char name[1024], file[4096], text[5200];
     int err = t->pycode ? np_pycode_locate(t->pycode, f->code, f->instr, &loc) : -ENOENT;
     if (err || !loc.name) {
-        np_debug("pid %d: Python code object 0x%" PRIx64 ": %s", t->pid, (uint64_t)f->code,
+        np_debug("pid %d: Python code object 0x%" PRIx64 ": %s", t->process->pid, (uint64_t)f->code,
                  err ? strerror(-err) : "no name");
-        snprintf(text, sizeof(text), "[python code 0x%" PRIx64 "]", (uint64_t)f->code);
+        snprintf(text, sizeof(text), NP_FRAME_PY_CODE_PREFIX "%" PRIx64 "]", (uint64_t)f->code);
         append_frame(&out->folded, text);
         append_frame(&out->detailed, text);
         np_ingest_append_location(&out->locations);
@@ -189,7 +189,7 @@ static void append_python(struct np_target *t, const struct np_py_frame *f,
     }
 }
 
-static void append_native(struct np_target *t, const struct stack_input *in, uint32_t i,
+static void append_native(struct np_ingest_proc *t, const struct stack_input *in, uint32_t i,
                           bool inline_folded, struct np_stack_texts *out) {
     const struct np_frame *f = NULL;
     const char *name;
@@ -222,9 +222,9 @@ static void append_native(struct np_target *t, const struct stack_input *in, uin
  * functions inlined at a frame (marked "[inlined]", where debug info
  * exists), the folded text only with --inline, so that stacks aggregate the
  * same with or without debug info. */
-static void write_stack(struct np_ingest *ing, struct np_target *t, const struct stack_input *in,
-                        struct np_stack_texts *out) {
-    static struct plan plan; /* big; the daemon ingests on one thread */
+static void write_stack(struct np_ingest *ing, struct np_ingest_proc *t,
+                        const struct stack_input *in, struct np_stack_texts *out) {
+    static struct plan plan; /* big; ingest runs on one thread */
     plan_stack(t, in, ing->python_mode, &plan);
     np_str_reset(&out->folded);
     np_str_reset(&out->detailed);
@@ -276,10 +276,15 @@ static size_t stack_key(const struct stack_input *in, uint8_t *buf) {
     (5 * sizeof(uintptr_t) + NP_UNWIND_MAX_FRAMES * 8 +                                            \
      NP_PY_MAX_FRAMES * sizeof(struct np_py_frame))
 
-static void remember_stack(struct np_target *t, uint64_t hash, const uint8_t *key, size_t key_len,
-                           const struct np_stack_texts *texts) {
+void np_ingest_proc_forget_stacks(struct np_ingest_proc *p) {
+    p->stack_text_bytes = 0;
+    np_map_free(&p->stack_texts, free);
+}
+
+static void remember_stack(struct np_ingest_proc *t, uint64_t hash, const uint8_t *key,
+                           size_t key_len, const struct np_stack_texts *texts) {
     if (t->stack_texts.count >= STACK_CACHE_MAX)
-        np_target_forget_stacks(t);
+        np_ingest_proc_forget_stacks(t);
     size_t flen = texts->folded.len + 1, dlen = texts->detailed.len + 1,
            llen = texts->locations.len + 1;
     struct cached_stack *c = malloc(sizeof(*c) + key_len + flen + dlen + llen);
@@ -306,7 +311,7 @@ static void remember_stack(struct np_target *t, uint64_t hash, const uint8_t *ke
         t->stack_text_bytes += sizeof(*c) + key_len + flen + dlen + llen;
 }
 
-static void write_stack_cached(struct np_ingest *ing, struct np_target *t,
+static void write_stack_cached(struct np_ingest *ing, struct np_ingest_proc *t,
                                const struct stack_input *in, struct np_stack_texts *out) {
     static uint8_t key[MAX_KEY_BYTES];
     if (!t->sym) { /* raw addresses: symbols may still come */
@@ -360,7 +365,7 @@ static uint32_t fp_frame_limit(void) {
     return limit;
 }
 
-void np_ingest_build_stack(struct np_ingest *ing, struct np_target *t,
+void np_ingest_build_stack(struct np_ingest *ing, struct np_ingest_proc *t,
                            const struct np_launch_event *e, const char *entry_name,
                            struct np_stack_texts *out) {
     struct stack_input in = {.entry_name = entry_name};
@@ -384,15 +389,15 @@ void np_ingest_build_stack(struct np_ingest *ing, struct np_target *t,
             pcs[m++] = ips[i];
         in.pcs = pcs;
         in.n = m;
-        in.root_marker = n >= fp_frame_limit() ? "[truncated]" : NULL;
+        in.root_marker = n >= fp_frame_limit() ? NP_FRAME_TRUNCATED : NULL;
         write_stack_cached(ing, t, &in, out);
         return;
     }
-    static struct np_unwind_result r; /* big; the daemon ingests on one thread */
+    static struct np_unwind_result r; /* big; ingest runs on one thread */
     if (e->stack_len == 0 || !t->unwinder) {
         in.pcs = ips;
         in.n = 1;
-        in.root_marker = "[unknown]";
+        in.root_marker = NP_FRAME_UNKNOWN;
         write_stack(ing, t, &in, out);
         ing->unwind.unknown++;
         return;
@@ -402,7 +407,7 @@ void np_ingest_build_stack(struct np_ingest *ing, struct np_target *t,
     in.pcs = r.pcs;
     in.n = r.n;
     in.root_marker = r.end == NP_UNWIND_COMPLETE    ? NULL
-                     : r.end == NP_UNWIND_TRUNCATED ? "[truncated]"
-                                                    : "[unknown]";
+                     : r.end == NP_UNWIND_TRUNCATED ? NP_FRAME_TRUNCATED
+                                                    : NP_FRAME_UNKNOWN;
     write_stack_cached(ing, t, &in, out);
 }

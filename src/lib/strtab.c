@@ -1,24 +1,10 @@
-/* strtab.c - the string table and growable arrays of strtab.h: interning
- * through a string-keyed np_map, items kept in id order. */
+/* strtab.c - the string table of strtab.h: interning through a
+ * string-keyed np_map, items kept in id order. */
 #include "lib/strtab.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-void *np_grow_array(void *array, size_t *cap, size_t needed, size_t size) {
-    if (needed <= *cap)
-        return array;
-    size_t new_cap = *cap ? *cap * 2 : 1024;
-    while (new_cap < needed)
-        new_cap *= 2;
-    if (new_cap > SIZE_MAX / size)
-        return NULL;
-    void *bigger = realloc(array, new_cap * size);
-    if (bigger)
-        *cap = new_cap;
-    return bigger;
-}
 
 void np_strtab_init(struct np_strtab *t) {
     memset(t, 0, sizeof(*t));

@@ -1,7 +1,7 @@
-/* strtab.h - a string table (each distinct string stored once, numbered in
- * the order first seen) and a doubling growable-array helper. Shared by the
- * merge readers (normalized stacks, kernel names) and by whatever turns their
- * ids back into text; ids are dense, so per-string data can live in arrays. */
+/* strtab.h - a string table: each distinct string stored once, numbered in
+ * the order first seen. Used by the merge readers (normalized stacks, kernel
+ * names), the recording reader (its interned text) and the pprof writer
+ * (string_table); ids are dense, so per-string data can live in arrays. */
 #ifndef NP_STRTAB_H
 #define NP_STRTAB_H
 
@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "lib/hashmap.h"
+#include "lib/util.h"
 
 /* A string stored once; id is its index in the table. */
 struct np_interned {
@@ -30,9 +31,5 @@ int np_strtab_intern(struct np_strtab *t, const char *text, uint32_t *id);
 
 /* The text of an id the table handed out. */
 const char *np_strtab_text(const struct np_strtab *t, uint32_t id);
-
-/* The array, grown (doubling) to hold at least `needed` elements of `size`
- * bytes; NULL when out of memory (the array and *cap are then left as they were). */
-void *np_grow_array(void *array, size_t *cap, size_t needed, size_t size);
 
 #endif

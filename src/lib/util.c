@@ -1,4 +1,5 @@
-/* util.c - logging, growable strings and parsing helpers (see util.h). */
+/* util.c - logging, growable strings and arrays, and the small helpers of
+ * util.h: clocks, parsing, files, reading a target's memory. */
 #define _GNU_SOURCE
 #include "lib/util.h"
 
@@ -39,6 +40,20 @@ void np_log(enum np_log_level level, const char *fmt, ...) {
 
 unsigned np_log_errors(void) {
     return log_errors;
+}
+
+void *np_grow_array(void *array, size_t *cap, size_t needed, size_t size) {
+    if (needed <= *cap)
+        return array;
+    size_t new_cap = *cap ? *cap * 2 : 16;
+    while (new_cap < needed)
+        new_cap *= 2;
+    if (new_cap > SIZE_MAX / size)
+        return NULL;
+    void *bigger = realloc(array, new_cap * size);
+    if (bigger)
+        *cap = new_cap;
+    return bigger;
 }
 
 long np_perf_event_max_stack(void) {

@@ -1,6 +1,6 @@
-/* util.h - logging, growable strings and small helpers shared by every part
- * of the daemon. Errors are returned as negative errno throughout; these
- * helpers follow the same rule. */
+/* util.h - logging, growable strings and arrays, and small helpers shared
+ * by every part of ncclprobe. Errors are returned as negative errno
+ * throughout; these helpers follow the same rule. */
 #ifndef NP_UTIL_H
 #define NP_UTIL_H
 
@@ -11,6 +11,9 @@
 #include <stdio.h>
 
 #define NP_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+/* The struct that holds member `member` at ptr (a typed way back from a
+ * part handed to a lower stage to the whole). */
+#define np_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 enum np_log_level { NP_LOG_ERROR = 0, NP_LOG_WARN, NP_LOG_INFO, NP_LOG_DEBUG };
 
@@ -20,6 +23,11 @@ void np_log(enum np_log_level level, const char *fmt, ...) __attribute__((format
 /* How many errors were logged (printed or not): a command that logged one
  * exits non-zero (main.c), the rule the manual states. */
 unsigned np_log_errors(void);
+
+/* Room for `needed` items of `size` bytes: array itself when it has it,
+ * else a bigger copy (capacity doubled, from 16), *cap updated; NULL when out
+ * of memory (array is still valid then). */
+void *np_grow_array(void *array, size_t *cap, size_t needed, size_t size);
 
 /* kernel.perf_event_max_stack (frames bpf_get_stack returns at most), or -errno. */
 long np_perf_event_max_stack(void);

@@ -9,13 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "report/frames.h"
+#include "recording/frames.h"
 
 #define NOT_FOUND UINT32_MAX
 
 struct run {
     const struct np_rep_launch *first, *last;
-    const struct np_rep_stack *stack;
+    const struct np_rec_stack *stack;
     uint32_t depth; /* index of the NAME frame in stack */
     size_t launches;
 };
@@ -47,7 +47,7 @@ static int compare_occurrences(const void *a, const void *b) {
 }
 
 /* Index of the outermost frame NAME matches, or NOT_FOUND. */
-static uint32_t find_frame(const struct np_rep_stack *s, const char *name) {
+static uint32_t find_frame(const struct np_rec_stack *s, const char *name) {
     for (uint32_t i = 0; i < s->nframes; i++) {
         if (np_frame_matches(s->frames[i], name))
             return i;
@@ -56,7 +56,7 @@ static uint32_t find_frame(const struct np_rep_stack *s, const char *name) {
 }
 
 static bool continues(const struct run *run, const struct np_rep_launch *l,
-                      const struct np_rep_stack *s, uint32_t depth) {
+                      const struct np_rec_stack *s, uint32_t depth) {
     if (!run->first || run->first->pid != l->pid || run->first->tid != l->tid ||
         run->depth != depth)
         return false;
@@ -72,14 +72,10 @@ static bool continues(const struct run *run, const struct np_rep_launch *l,
 static int close_run(struct np_occurrences *o, struct run *run) {
     if (!run->first)
         return 0;
-    if (o->n == o->cap) {
-        size_t cap = o->cap ? o->cap * 2 : 16;
-        struct np_occurrence *items = realloc(o->items, cap * sizeof(*items));
-        if (!items)
-            return -ENOMEM;
-        o->items = items;
-        o->cap = cap;
-    }
+    struct np_occurrence *items = np_grow_array(o->items, &o->cap, o->n + 1, sizeof(*items));
+    if (!items)
+        return -ENOMEM;
+    o->items = items;
     uint64_t last = run->last->ts_ns;
     if (run->last->gpu_end_ns > last)
         last = run->last->gpu_end_ns;
@@ -96,13 +92,13 @@ static int close_run(struct np_occurrences *o, struct run *run) {
 }
 
 /* Walks the launches in thread and time order, cutting them into runs. */
-static int find_runs(const struct np_recording *rec, const struct np_rep_launch **order,
+static int find_runs(const struct np_rep_input *in, const struct np_rep_launch **order,
                      const uint32_t *depth_of, struct np_occurrences *o) {
     struct run run = {0};
     int err = 0;
-    for (size_t i = 0; i < rec->nlaunches && !err; i++) {
+    for (size_t i = 0; i < in->nlaunches && !err; i++) {
         const struct np_rep_launch *l = order[i];
-        const struct np_rep_stack *s = &rec->stacks[l->stack];
+        const struct np_rec_stack *s = &in->stacks[l->stack];
         uint32_t depth = depth_of[l->stack];
         if (depth != NOT_FOUND && continues(&run, l, s, depth)) {
             run.last = l;
@@ -124,20 +120,20 @@ static bool ambiguous(const struct np_occurrences *o) {
     return false;
 }
 
-int np_find_occurrences(const struct np_recording *rec, const char *name,
+int np_find_occurrences(const struct np_rep_input *in, const char *name,
                         struct np_occurrences *out) {
-    const struct np_rep_launch **order = calloc(rec->nlaunches + 1, sizeof(*order));
-    uint32_t *depth_of = calloc(rec->nstacks + 1, sizeof(*depth_of));
+    const struct np_rep_launch **order = calloc(in->nlaunches + 1, sizeof(*order));
+    uint32_t *depth_of = calloc(in->nstacks + 1, sizeof(*depth_of));
     int err = order && depth_of ? 0 : -ENOMEM;
     memset(out, 0, sizeof(*out));
-    for (size_t i = 0; !err && i < rec->nstacks; i++)
-        depth_of[i] = find_frame(&rec->stacks[i], name);
-    for (size_t i = 0; !err && i < rec->nlaunches; i++)
-        order[i] = &rec->launches[i];
-    if (!err && rec->nlaunches > 1)
-        qsort(order, rec->nlaunches, sizeof(*order), compare_launches);
+    for (size_t i = 0; !err && i < in->nstacks; i++)
+        depth_of[i] = find_frame(&in->stacks[i], name);
+    for (size_t i = 0; !err && i < in->nlaunches; i++)
+        order[i] = &in->launches[i];
+    if (!err && in->nlaunches > 1)
+        qsort(order, in->nlaunches, sizeof(*order), compare_launches);
     if (!err)
-        err = find_runs(rec, order, depth_of, out);
+        err = find_runs(in, order, depth_of, out);
     free(order);
     free(depth_of);
     if (err) {

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "report/recording.h"
+#include "report/load.h"
 
 struct np_occurrence {
     const char *frame; /* the frame NAME matched, in the first launch's stack */
@@ -31,7 +31,7 @@ void np_occurrences_free(struct np_occurrences *o);
  * An occurrence is a maximal run of consecutive launches of one thread (by
  * ts_ns) whose stacks hold a frame NAME matches, with the same frames from the
  * root down to it (the outermost such frame; itself compared without its line). */
-int np_find_occurrences(const struct np_recording *rec, const char *name,
+int np_find_occurrences(const struct np_rep_input *in, const char *name,
                         struct np_occurrences *out);
 
 #endif

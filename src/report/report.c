@@ -13,7 +13,7 @@
 #include <strings.h>
 
 #include "lib/util.h"
-#include "report/frames.h"
+#include "recording/frames.h"
 
 #define NCCL_NAME "nccl"
 
@@ -33,6 +33,16 @@ void np_report_free(struct np_report *rep) {
 
 /* ---- filters ------------------------------------------------------------------ */
 
+/* Whether needle occurs in hay, ignoring ASCII case. */
+static bool contains_nocase(const char *hay, const char *needle) {
+    size_t n = strlen(needle);
+    for (; *hay; hay++) {
+        if (strncasecmp(hay, needle, n) == 0)
+            return true;
+    }
+    return n == 0;
+}
+
 static bool in_window(const struct np_report_filter *f, uint64_t ts) {
     return ts >= f->start_ns && ts < f->end_ns;
 }
@@ -41,17 +51,17 @@ static bool np_report_kernel_matches(const struct np_report_filter *f,
                                      const struct np_rep_launch *l, const char *name) {
     if (f->kernel)
         return strstr(name, f->kernel) != NULL;
-    return (l && l->nccl) || np_contains_nocase(name, NCCL_NAME);
+    return (l && l->nccl) || contains_nocase(name, NCCL_NAME);
 }
 
-static bool launch_has_op(const struct np_recording *rec, const struct np_rep_launch *l,
+static bool launch_has_op(const struct np_rep_input *in, const struct np_rep_launch *l,
                           const char *op) {
     for (uint32_t i = 0; i < l->nops; i++) {
-        if (strcasecmp(rec->ops[l->ops + i], op) == 0)
+        if (strcasecmp(in->ops[l->ops + i], op) == 0)
             return true;
     }
-    const char *frame = rec->stacks[l->stack].nccl_frame;
-    return frame && np_nccl_frame_has_op(frame, op);
+    const char *frame = in->stacks[l->stack].nccl_frame;
+    return frame && np_frame_nccl_has_op(frame, op);
 }
 
 /* ---- groups ------------------------------------------------------------------------ */
@@ -72,14 +82,11 @@ static char *group_key(const char *const *frames, uint32_t n, bool cut) {
 
 static int new_group(struct np_report *rep, const char *const *frames, uint32_t n, bool cut,
                      const char *key) {
-    if (rep->n == rep->cap) {
-        size_t cap = rep->cap ? rep->cap * 2 : 16;
-        struct np_report_stack *stacks = realloc(rep->stacks, cap * sizeof(*stacks));
-        if (!stacks)
-            return -ENOMEM;
-        rep->stacks = stacks;
-        rep->cap = cap;
-    }
+    struct np_report_stack *stacks =
+        np_grow_array(rep->stacks, &rep->cap, rep->n + 1, sizeof(*stacks));
+    if (!stacks)
+        return -ENOMEM;
+    rep->stacks = stacks;
     struct np_report_stack *g = &rep->stacks[rep->n];
     *g = (struct np_report_stack){.frames = frames, .nframes = n, .cut = cut};
     np_counts_init(&g->kernels);
@@ -88,11 +95,11 @@ static int new_group(struct np_report *rep, const char *const *frames, uint32_t 
 }
 
 /* The group of a recording stack (made on first use): index + 1, 0 on -ENOMEM. */
-static size_t group_of(struct np_report *rep, const struct np_recording *rec, uint32_t stack,
+static size_t group_of(struct np_report *rep, const struct np_rep_input *in, uint32_t stack,
                        uint32_t depth) {
     if (rep->of_stack[stack])
         return rep->of_stack[stack];
-    const struct np_rep_stack *s = &rec->stacks[stack];
+    const struct np_rec_stack *s = &in->stacks[stack];
     uint32_t keep = depth && s->nframes > depth ? depth : s->nframes;
     const char *const *frames = s->frames + (s->nframes - keep);
     bool cut = keep < s->nframes;
@@ -107,10 +114,10 @@ static size_t group_of(struct np_report *rep, const struct np_recording *rec, ui
     return g;
 }
 
-static int add_kernel(struct np_report *rep, const struct np_recording *rec,
+static int add_kernel(struct np_report *rep, const struct np_rep_input *in,
                       const struct np_report_filter *f, const struct np_rep_launch *l,
                       const char *name) {
-    size_t g = group_of(rep, rec, l->stack, f->depth);
+    size_t g = group_of(rep, in, l->stack, f->depth);
     if (!g)
         return -ENOMEM;
     struct np_report_stack *s = &rep->stacks[g - 1];
@@ -124,32 +131,31 @@ static int add_kernel(struct np_report *rep, const struct np_recording *rec,
 }
 
 /* The matching kernels of a launch: its GPU kernels when it has any, else its CPU-side name. */
-static int collect_launch(struct np_report *rep, const struct np_recording *rec,
+static int collect_launch(struct np_report *rep, const struct np_rep_input *in,
                           const struct np_report_filter *f, const struct np_rep_launch *l) {
-    if (!in_window(f, l->ts_ns) || (f->op && !launch_has_op(rec, l, f->op)))
+    if (!in_window(f, l->ts_ns) || (f->op && !launch_has_op(in, l, f->op)))
         return 0;
     if (l->nkernels == 0)
-        return np_report_kernel_matches(f, l, l->kernel) ? add_kernel(rep, rec, f, l, l->kernel)
-                                                         : 0;
+        return np_report_kernel_matches(f, l, l->kernel) ? add_kernel(rep, in, f, l, l->kernel) : 0;
     int err = 0;
     for (uint32_t i = 0; i < l->ngpu && !err; i++) {
-        const struct np_rep_gpu *g = &rec->gpu[l->gpu + i];
-        if (g->type == NP_REP_KERNEL && np_report_kernel_matches(f, l, g->name))
-            err = add_kernel(rep, rec, f, l, g->name);
+        const struct np_rep_gpu *g = &in->gpu[l->gpu + i];
+        if (g->type == NP_REC_GPU_KERNEL && np_report_kernel_matches(f, l, g->name))
+            err = add_kernel(rep, in, f, l, g->name);
     }
     return err;
 }
 
 /* The matching kernels a graph launch's replay started in the window (no --op:
  * the ops of a replay are not known). */
-static int collect_replay(struct np_report *rep, const struct np_recording *rec,
+static int collect_replay(struct np_report *rep, const struct np_rep_input *in,
                           const struct np_report_filter *f, const struct np_rep_launch *l) {
     int err = 0;
     for (uint32_t i = 0; i < l->ngpu && !err; i++) {
-        const struct np_rep_gpu *g = &rec->gpu[l->gpu + i];
-        if (g->type == NP_REP_KERNEL && g->graph_id != 0 && in_window(f, g->start_ns) &&
+        const struct np_rep_gpu *g = &in->gpu[l->gpu + i];
+        if (g->type == NP_REC_GPU_KERNEL && g->graph_id != 0 && in_window(f, g->start_ns) &&
             np_report_kernel_matches(f, l, g->name))
-            err = add_kernel(rep, rec, f, l, g->name);
+            err = add_kernel(rep, in, f, l, g->name);
     }
     return err;
 }
@@ -163,16 +169,16 @@ static int compare_groups(const void *a, const void *b) {
     return x->first_line < y->first_line ? -1 : x->first_line > y->first_line;
 }
 
-int np_report_collect(struct np_report *rep, const struct np_recording *rec,
+int np_report_collect(struct np_report *rep, const struct np_rep_input *in,
                       const struct np_report_filter *f, enum np_report_source source) {
     int err = 0;
-    rep->of_stack = calloc(rec->nstacks + 1, sizeof(*rep->of_stack));
+    rep->of_stack = calloc(in->nstacks + 1, sizeof(*rep->of_stack));
     if (!rep->of_stack)
         return -ENOMEM;
-    for (size_t i = 0; i < rec->nlaunches && !err; i++) {
-        const struct np_rep_launch *l = &rec->launches[i];
-        err = source == NP_REPORT_LAUNCHES ? collect_launch(rep, rec, f, l)
-                                           : collect_replay(rep, rec, f, l);
+    for (size_t i = 0; i < in->nlaunches && !err; i++) {
+        const struct np_rep_launch *l = &in->launches[i];
+        err = source == NP_REPORT_LAUNCHES ? collect_launch(rep, in, f, l)
+                                           : collect_replay(rep, in, f, l);
     }
     free(rep->of_stack);
     rep->of_stack = NULL;
@@ -187,12 +193,12 @@ int np_report_collect(struct np_report *rep, const struct np_recording *rec,
 
 /* ---- diagnostics ---------------------------------------------------------------------- */
 
-int np_report_unmatched(const struct np_recording *rec, const struct np_report_filter *f,
+int np_report_unmatched(const struct np_rep_input *in, const struct np_report_filter *f,
                         struct np_counts *out) {
     int err = 0;
-    for (size_t i = 0; i < rec->nunmatched && !err; i++) {
-        const struct np_rep_gpu *g = &rec->unmatched[i];
-        if (g->type == NP_REP_KERNEL && in_window(f, g->start_ns) &&
+    for (size_t i = 0; i < in->nunmatched && !err; i++) {
+        const struct np_rep_gpu *g = &in->unmatched[i];
+        if (g->type == NP_REC_GPU_KERNEL && in_window(f, g->start_ns) &&
             np_report_kernel_matches(f, NULL, g->name))
             err = np_counts_add(out, g->name, 1);
     }
@@ -201,24 +207,24 @@ int np_report_unmatched(const struct np_recording *rec, const struct np_report_f
 }
 
 static int add_if_nccl(struct np_counts *out, const char *name) {
-    return np_contains_nocase(name, NCCL_NAME) ? np_counts_add(out, name, 1) : 0;
+    return contains_nocase(name, NCCL_NAME) ? np_counts_add(out, name, 1) : 0;
 }
 
-int np_report_nccl_seen(const struct np_recording *rec, struct np_counts *out) {
+int np_report_nccl_seen(const struct np_rep_input *in, struct np_counts *out) {
     int err = 0;
-    for (size_t i = 0; i < rec->nlaunches && !err; i++) {
-        const struct np_rep_launch *l = &rec->launches[i];
+    for (size_t i = 0; i < in->nlaunches && !err; i++) {
+        const struct np_rep_launch *l = &in->launches[i];
         if (l->nkernels == 0)
             err = add_if_nccl(out, l->kernel);
         for (uint32_t k = 0; k < l->ngpu && !err; k++) {
-            const struct np_rep_gpu *g = &rec->gpu[l->gpu + k];
-            if (g->type == NP_REP_KERNEL)
+            const struct np_rep_gpu *g = &in->gpu[l->gpu + k];
+            if (g->type == NP_REC_GPU_KERNEL)
                 err = add_if_nccl(out, g->name);
         }
     }
-    for (size_t i = 0; i < rec->nunmatched && !err; i++) {
-        if (rec->unmatched[i].type == NP_REP_KERNEL)
-            err = add_if_nccl(out, rec->unmatched[i].name);
+    for (size_t i = 0; i < in->nunmatched && !err; i++) {
+        if (in->unmatched[i].type == NP_REC_GPU_KERNEL)
+            err = add_if_nccl(out, in->unmatched[i].name);
     }
     np_counts_sort(out);
     return err;

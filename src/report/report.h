@@ -2,7 +2,7 @@
  * recording match the filters, grouped by the (cut) stack that launched
  * them and sorted most frequent first; and what the diagnostics of an empty
  * result count (graph replays, GPU work without a launch, NCCL-like kernels
- * seen at all). Printing is src/cli/report_print.c's. */
+ * seen at all). The outputs are text.c's and json.c's (view.h). */
 #ifndef NP_REPORT_REPORT_H
 #define NP_REPORT_REPORT_H
 
@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "lib/hashmap.h"
-#include "report/recording.h"
+#include "report/load.h"
 
 struct np_report_filter {
     const char *kernel;        /* substring of the kernel name; NULL: NCCL kernels */
@@ -68,15 +68,15 @@ void np_report_init(struct np_report *rep);
 void np_report_free(struct np_report *rep);
 
 /* Fills rep (fresh from init) and sorts it: 0 or -ENOMEM. */
-int np_report_collect(struct np_report *rep, const struct np_recording *rec,
+int np_report_collect(struct np_report *rep, const struct np_rep_input *in,
                       const struct np_report_filter *f, enum np_report_source source);
 
 /* Matching kernels of gpu_unmatched.jsonl that started in the window. */
-int np_report_unmatched(const struct np_recording *rec, const struct np_report_filter *f,
+int np_report_unmatched(const struct np_rep_input *in, const struct np_report_filter *f,
                         struct np_counts *out);
 
 /* Every kernel name containing "nccl" (any case) in the recording: launches'
  * kernels (their GPU kernels, else their CPU-side name) and gpu_unmatched. */
-int np_report_nccl_seen(const struct np_recording *rec, struct np_counts *out);
+int np_report_nccl_seen(const struct np_rep_input *in, struct np_counts *out);
 
 #endif

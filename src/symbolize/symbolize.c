@@ -18,6 +18,7 @@
 
 #include "lib/hashmap.h"
 #include "lib/util.h"
+#include "ncclprobe/recording.h"
 
 struct np_symbolizer {
     pid_t pid;
@@ -207,7 +208,7 @@ static void inlined_frames(Dwfl_Module *mod, uint64_t pc, struct np_frame *f,
         char clean[1024];
         np_sanitize_frame(clean, sizeof(clean), name ? name : "[inlined]", false);
         free(name);
-        np_str_appendf(&out, "%s%s [inlined]", out.len ? ";" : "", clean);
+        np_str_appendf(&out, "%s%s" NP_FRAME_INLINED_SUFFIX, out.len ? ";" : "", clean);
         (*calls)[(*n_calls)++] = call_site(&scopes[i], cudie);
     }
     free(scopes);
@@ -276,7 +277,7 @@ static struct np_frame *resolve(struct np_symbolizer *s, uint64_t pc) {
 
     Dwfl_Module *mod = np_symbolizer_module(s, pc);
     if (!mod) {
-        f->name = strdup("[unknown]");
+        f->name = strdup(NP_FRAME_UNKNOWN);
         f->module = strdup("");
         f->module_path = strdup("");
         goto out;
@@ -323,7 +324,7 @@ out:
 }
 
 const struct np_frame *np_symbolize(struct np_symbolizer *s, uint64_t pc, bool is_return_address) {
-    static const struct np_frame oom = {.name = "[unknown]", .module = "", .module_path = ""};
+    static const struct np_frame oom = {.name = NP_FRAME_UNKNOWN, .module = "", .module_path = ""};
     uint64_t lookup = is_return_address && pc ? pc - 1 : pc;
 
     struct np_frame *f = np_map_get_u64(&s->cache, lookup);

@@ -1,11 +1,13 @@
 /* flamegraph.c - the SVG flame graph renderer (see flamegraph.h): reads
- * folded lines, cleans every name (valid UTF-8, no control characters),
- * merges the stacks into a tree (lines sorted frame by frame, then one
- * walk), lays the tree out (root at the bottom, children alphabetical,
- * subtrees narrower than MIN_FRAME_WIDTH left out) and writes the SVG: frames
- * as <g><title/><rect/><text/></g> carrying their name and weights in data-
- * attributes for the inline script (zoom, search, details), which never sees
- * a name as code. Also np_write_flamegraphs for a recording directory. */
+ * folded lines (src/recording/folded.c), cleans every name (valid UTF-8, no
+ * control characters), merges the stacks into a tree (lines sorted frame by
+ * frame, then one walk), lays the tree out (root at the bottom, children
+ * alphabetical, subtrees narrower than MIN_FRAME_WIDTH left out) and writes
+ * the SVG: frames as <g><title/><rect/><text/></g> carrying their name and
+ * weights in data- attributes for the inline script (zoom, search,
+ * details), which never sees a name as code. Its stylesheet and script are
+ * flamegraph.css and flamegraph.js, built in (tools/embed-asset.sh). Also
+ * np_write_flamegraphs for a recording directory. */
 #define _GNU_SOURCE
 #include "writers/flamegraph.h"
 
@@ -14,9 +16,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "flamegraph_assets.h" /* generated from flamegraph.css and flamegraph.js */
+#include "lib/json.h"
 #include "lib/util.h"
-#include "report/frames.h"
-#include "writers/json.h"
+#include "ncclprobe/recording.h"
+#include "recording/folded.h"
+#include "recording/frames.h"
+#include "recording/recording.h"
 
 #define FRAME_HEIGHT 16
 #define FONT_SIZE 12
@@ -26,7 +32,6 @@
 #define YPAD_BOTTOM 34 /* details line */
 #define MIN_FRAME_WIDTH 0.1
 #define NAME_MAX_BYTES 4000 /* longer names are cut in the SVG (not when merging) */
-#define HIGHLIGHT "rgb(230,0,230)"
 
 /* ---- reading ------------------------------------------------------------------ */
 
@@ -98,40 +103,26 @@ static char *clean_text(const char *raw, bool frames) {
 }
 
 static int push_line(struct flame_input *in, char *stack, uint64_t weight) {
-    if (in->n == in->cap) {
-        size_t cap = in->cap ? in->cap * 2 : 256;
-        struct flame_line *lines = realloc(in->lines, cap * sizeof(*lines));
-        if (!lines)
-            return -ENOMEM;
-        in->lines = lines;
-        in->cap = cap;
-    }
+    struct flame_line *lines = np_grow_array(in->lines, &in->cap, in->n + 1, sizeof(*lines));
+    if (!lines)
+        return -ENOMEM;
+    in->lines = lines;
     in->lines[in->n++] = (struct flame_line){.stack = stack, .weight = weight};
     return 0;
 }
 
-/* Parses one line (newline removed): 0 taken, 1 blank, -EINVAL malformed. */
-static int parse_line(struct flame_input *in, char *line, size_t len) {
-    while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
-        line[--len] = '\0';
-    if (len == 0)
-        return 1;
-    char *space = strrchr(line, ' ');
-    uint64_t weight;
-    if (!space || np_parse_u64(space + 1, 0, UINT64_MAX, &weight) < 0)
-        return -EINVAL;
-    while (space > line && space[-1] == ' ')
-        space--;
-    *space = '\0';
-    char *stack = clean_text(line, true);
+/* Takes a line of the folded reader: its stack cleaned, then kept. 0, 1 when
+ * nothing is left of the stack (malformed), -ENOMEM. */
+static int take_line(struct flame_input *in, const struct np_folded_line *line) {
+    char *stack = clean_text(line->stack, true);
     if (!stack)
-        return -EINVAL;
-    if (push_line(in, stack, weight) < 0) {
+        return 1;
+    if (push_line(in, stack, line->weight) < 0) {
         free(stack);
         return -ENOMEM;
     }
     in->stats.lines++;
-    in->stats.total = add_sat(in->stats.total, weight, &in->saturated);
+    in->stats.total = add_sat(in->stats.total, line->weight, &in->saturated);
     return 0;
 }
 
@@ -143,29 +134,20 @@ static void free_input(struct flame_input *in) {
 }
 
 static int read_input(FILE *f, struct flame_input *in, const char *source) {
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int err = 0;
-
-    while (!err && (len = getline(&line, &cap, f)) >= 0) {
-        if (len > 0 && line[len - 1] == '\n')
-            line[--len] = '\0';
-        if (memchr(line, '\0', (size_t)len)) { /* a NUL inside: not a text line */
-            in->stats.skipped++;
-            continue;
-        }
-        int r = parse_line(in, line, (size_t)len);
-        if (r == -EINVAL)
-            in->stats.skipped++;
-        else if (r == -ENOMEM)
-            err = -ENOMEM;
+    struct np_folded r;
+    struct np_folded_line line;
+    int err;
+    np_folded_attach(&r, f, source);
+    while ((err = np_folded_next(&r, &line)) > 0) {
+        err = take_line(in, &line);
+        if (err < 0)
+            break;
+        in->stats.skipped += err;
     }
-    if (!err && ferror(f))
-        err = -EIO;
-    free(line);
-    if (err)
-        np_err("%s: %s", source, strerror(-err));
+    in->stats.skipped += r.malformed;
+    np_folded_close(&r);
+    if (err == -ENOMEM)
+        np_err("%s: %s", source, strerror(ENOMEM));
     if (in->stats.skipped)
         np_warn("%s: skipped %llu malformed line(s) (expected 'frame;frame;... WEIGHT')", source,
                 (unsigned long long)in->stats.skipped);
@@ -208,16 +190,11 @@ static int compare_stacks(const void *a, const void *b) {
 }
 
 static int32_t add_node(struct flame_tree *t, const char *name, int32_t parent) {
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 1024;
-        if (cap > INT32_MAX)
-            return -1;
-        struct flame_node *nodes = realloc(t->nodes, cap * sizeof(*nodes));
-        if (!nodes)
-            return -1;
-        t->nodes = nodes;
-        t->cap = cap;
-    }
+    struct flame_node *nodes =
+        t->n < INT32_MAX ? np_grow_array(t->nodes, &t->cap, t->n + 1, sizeof(*nodes)) : NULL;
+    if (!nodes)
+        return -1;
+    t->nodes = nodes;
     int32_t id = (int32_t)t->n++;
     t->nodes[id] = (struct flame_node){
         .name = name, .parent = parent, .first_child = -1, .last_child = -1, .next = -1, .pre = -1};
@@ -239,14 +216,10 @@ struct path {
 };
 
 static int path_set(struct path *p, size_t level, int32_t id) {
-    if (level >= p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 64;
-        int32_t *ids = realloc(p->ids, cap * sizeof(*ids));
-        if (!ids)
-            return -ENOMEM;
-        p->ids = ids;
-        p->cap = cap;
-    }
+    int32_t *ids = np_grow_array(p->ids, &p->cap, level + 1, sizeof(*ids));
+    if (!ids)
+        return -ENOMEM;
+    p->ids = ids;
     p->ids[level] = id;
     p->len = level + 1;
     return 0;
@@ -333,60 +306,27 @@ static int32_t next_preorder(const struct flame_tree *t, int32_t id, const bool 
 
 /* ---- names, numbers, colours ---------------------------------------------------- */
 
-enum frame_kind { K_NATIVE, K_INLINED, K_PYTHON, K_NCCL, K_GPU, K_UNKNOWN, K_COUNT };
-
-static const char *const kind_label[K_COUNT] = {"native", "inlined", "Python",
-                                                "NCCL",   "GPU",     "unknown"};
-
-static bool starts_with(const char *s, const char *prefix) {
-    return strncmp(s, prefix, strlen(prefix)) == 0;
-}
-
-static bool ends_with(const char *s, size_t len, const char *suffix) {
-    size_t n = strlen(suffix);
-    return len >= n && memcmp(s + len - n, suffix, n) == 0;
-}
-
-static bool is_python(const char *name, size_t len) {
-    size_t qual_len, file_len;
-    const char *file;
-    int64_t line;
-    return np_frame_python(name, len, &qual_len, &file, &file_len, &line);
-}
-
-static enum frame_kind frame_kind(const char *name) {
-    size_t len = strlen(name);
-    if (starts_with(name, "[GPU_Kernel]") || starts_with(name, "[GPU_Memcpy]") ||
-        starts_with(name, "[GPU_Memset]") || starts_with(name, "[GPU_Launch_Pending]"))
-        return K_GPU;
-    if (starts_with(name, "[NCCL]"))
-        return K_NCCL;
-    /* [unknown], [lib.so+0x1f2], [truncated], [python truncated], [no launch stack]... */
-    if (len > 1 && name[0] == '[' && name[len - 1] == ']')
-        return K_UNKNOWN;
-    if (ends_with(name, len, " [inlined]"))
-        return K_INLINED;
-    if (is_python(name, len))
-        return K_PYTHON;
-    return K_NATIVE;
-}
+static const char *const kind_label[NP_FRAME_KIND_COUNT] = {
+    [NP_FRAME_KIND_NATIVE] = "native", [NP_FRAME_KIND_INLINED] = "inlined",
+    [NP_FRAME_KIND_PYTHON] = "Python", [NP_FRAME_KIND_NCCL] = "NCCL",
+    [NP_FRAME_KIND_GPU] = "GPU",       [NP_FRAME_KIND_SYNTHETIC] = "unknown"};
 
 /* A kind's colour, varied a little by v1..v3 in [0, 1) (flamegraph.pl-like). */
-static void kind_rgb(enum frame_kind k, double v1, double v2, double v3, int rgb[3]) {
+static void kind_rgb(enum np_frame_kind k, double v1, double v2, double v3, int rgb[3]) {
     switch (k) {
-    case K_GPU: /* green */
+    case NP_FRAME_KIND_GPU: /* green */
         rgb[0] = 40 + (int)(60 * v1), rgb[1] = 180 + (int)(60 * v2), rgb[2] = 40 + (int)(60 * v3);
         break;
-    case K_NCCL: /* purple-blue */
+    case NP_FRAME_KIND_NCCL: /* purple-blue */
         rgb[0] = 140 + (int)(50 * v1), rgb[1] = 90 + (int)(40 * v2), rgb[2] = 200 + (int)(55 * v3);
         break;
-    case K_PYTHON: /* aqua */
+    case NP_FRAME_KIND_PYTHON: /* aqua */
         rgb[0] = 50 + (int)(60 * v1), rgb[1] = 165 + (int)(55 * v2), rgb[2] = 165 + (int)(55 * v3);
         break;
-    case K_UNKNOWN: /* grey */
+    case NP_FRAME_KIND_SYNTHETIC: /* grey */
         rgb[0] = rgb[1] = rgb[2] = 160 + (int)(50 * v1);
         break;
-    case K_INLINED: /* the native colour, lighter */
+    case NP_FRAME_KIND_INLINED: /* the native colour, lighter */
         rgb[0] = 225 + (int)(30 * v3), rgb[1] = 110 + (int)(120 * v1), rgb[2] = 90 + (int)(45 * v2);
         break;
     default: /* native: flamegraph.pl's "hot" */
@@ -395,7 +335,7 @@ static void kind_rgb(enum frame_kind k, double v1, double v2, double v3, int rgb
     }
 }
 
-static void frame_colour(const char *name, enum frame_kind k, char *out, size_t size) {
+static void frame_colour(const char *name, enum np_frame_kind k, char *out, size_t size) {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
     for (const unsigned char *p = (const unsigned char *)name; *p; p++)
         h = (h ^ *p) * 1099511628211ull;
@@ -408,7 +348,7 @@ static void frame_colour(const char *name, enum frame_kind k, char *out, size_t 
     double v2 = (double)((h >> 16) & 0xffff) / 65536.0;
     double v3 = (double)((h >> 32) & 0xffff) / 65536.0;
     int rgb[3];
-    if (starts_with(name, "[GPU_Launch_Pending]")) /* no GPU data: paler */
+    if (strncmp(name, NP_LEAF_PENDING, strlen(NP_LEAF_PENDING)) == 0) /* no GPU data: paler */
         rgb[0] = 150, rgb[1] = 200, rgb[2] = 150;
     else
         kind_rgb(k, v1, v2, v3, rgb);
@@ -516,168 +456,10 @@ struct svg {
     uint64_t total;
 };
 
-static const char SVG_STYLE[] =
-    "<style type=\"text/css\">\n"
-    "text { font-family: Verdana, sans-serif; font-size: 12px; fill: rgb(0,0,0); }\n"
-    "#np_title { text-anchor: middle; font-size: 17px; }\n"
-    "#np_subtitle { text-anchor: middle; fill: rgb(90,90,90); }\n"
-    "#np_empty { text-anchor: middle; font-size: 15px; fill: rgb(90,90,90); }\n"
-    "#np_search, #np_matched { text-anchor: end; }\n"
-    "#np_search, #np_unzoom { cursor: pointer; opacity: 0.4; }\n"
-    "#np_unzoom { opacity: 1; }\n"
-    "#np_search:hover, #np_search.active { opacity: 1; }\n"
-    "#np_frames > g > text { pointer-events: none; }\n"
-    "#np_frames > g:hover > rect { stroke: rgb(0,0,0); stroke-width: 0.5; cursor: pointer; }\n"
-    ".hide { display: none; }\n"
-    ".parent { opacity: 0.5; }\n"
-    "</style>\n";
-
-/* The script: frames are the <g> children of #np_frames, in preorder, with
- * data-n (name), data-v (weight), data-o (offset), data-d (depth), data-p
- * (parent's index, -1 for the root). window.ncclprobeFlame is for tests. */
-static const char SVG_SCRIPT[] =
-    "<script type=\"text/ecmascript\"><![CDATA[\n"
-    "(function () {\n"
-    "  \"use strict\";\n"
-    "  var framesEl = document.getElementById(\"np_frames\");\n"
-    "  if (!framesEl) return;\n"
-    "  var XPAD = Number(framesEl.getAttribute(\"data-xpad\"));\n"
-    "  var WIDTH = Number(framesEl.getAttribute(\"data-width\"));\n"
-    "  var CHAR_W = Number(framesEl.getAttribute(\"data-charw\"));\n"
-    "  var total = Number(framesEl.getAttribute(\"data-total\"));\n"
-    "  var details = document.getElementById(\"np_details\");\n"
-    "  var unzoomEl = document.getElementById(\"np_unzoom\");\n"
-    "  var searchEl = document.getElementById(\"np_search\");\n"
-    "  var matchedEl = document.getElementById(\"np_matched\");\n"
-    "  var info = [], open = [], searching = false, i;\n"
-    "  var kids = framesEl.children;\n"
-    "  for (i = 0; i < kids.length; i++) {\n"
-    "    var g = kids[i];\n"
-    "    g.npIndex = i;\n"
-    "    info.push({g: g, rect: g.querySelector(\"rect\"), text: g.querySelector(\"text\"),\n"
-    "      title: g.querySelector(\"title\"), name: g.getAttribute(\"data-n\") || \"\",\n"
-    "      v: Number(g.getAttribute(\"data-v\")), o: Number(g.getAttribute(\"data-o\")),\n"
-    "      d: Number(g.getAttribute(\"data-d\")), p: Number(g.getAttribute(\"data-p\")),\n"
-    "      end: i, fill: null});\n"
-    "  }\n"
-    "  for (i = 0; i < info.length; i++) { /* end: the last descendant */\n"
-    "    while (open.length && info[open[open.length - 1]].d >= info[i].d)\n"
-    "      info[open.pop()].end = i - 1;\n"
-    "    open.push(i);\n"
-    "  }\n"
-    "  while (open.length) info[open.pop()].end = info.length - 1;\n"
-    "\n"
-    "  function fit(name, w) {\n"
-    "    var n = Math.floor((w - 6) / CHAR_W);\n"
-    "    if (n < 3) return \"\";\n"
-    "    var chars = Array.from(name);\n"
-    "    if (chars.length <= n) return name;\n"
-    "    return chars.slice(0, n - 2).join(\"\") + \"..\";\n"
-    "  }\n"
-    "  function place(f, x, w) {\n"
-    "    f.rect.setAttribute(\"x\", x.toFixed(2));\n"
-    "    f.rect.setAttribute(\"width\", w.toFixed(2));\n"
-    "    f.text.setAttribute(\"x\", (x + 3).toFixed(2));\n"
-    "    f.text.textContent = fit(f.name, w);\n"
-    "  }\n"
-    "  function show(f, how) {\n"
-    "    f.g.classList.toggle(\"hide\", how === \"hide\");\n"
-    "    f.g.classList.toggle(\"parent\", how === \"parent\");\n"
-    "  }\n"
-    "  function unzoom() {\n"
-    "    var scale = total > 0 ? WIDTH / total : 0;\n"
-    "    for (var i = 0; i < info.length; i++) {\n"
-    "      show(info[i], \"\");\n"
-    "      place(info[i], XPAD + info[i].o * scale, info[i].v * scale);\n"
-    "    }\n"
-    "    unzoomEl.classList.add(\"hide\");\n"
-    "  }\n"
-    "  function zoom(idx) {\n"
-    "    var z = info[idx];\n"
-    "    if (!z || z.p < 0) { unzoom(); return; }\n"
-    "    var scale = WIDTH / z.v, above = {}, a;\n"
-    "    for (a = z.p; a >= 0; a = info[a].p) above[a] = true;\n"
-    "    for (var i = 0; i < info.length; i++) {\n"
-    "      var f = info[i];\n"
-    "      if (above[i]) {\n"
-    "        show(f, \"parent\");\n"
-    "        place(f, XPAD, WIDTH);\n"
-    "      } else if (i >= idx && i <= z.end && f.v * scale >= 0.1) {\n"
-    "        show(f, \"\");\n"
-    "        place(f, XPAD + (f.o - z.o) * scale, f.v * scale);\n"
-    "      } else {\n"
-    "        show(f, \"hide\");\n"
-    "      }\n"
-    "    }\n"
-    "    unzoomEl.classList.remove(\"hide\");\n"
-    "  }\n"
-    "  function resetSearch() {\n"
-    "    for (var i = 0; i < info.length; i++) {\n"
-    "      if (info[i].fill !== null) info[i].rect.setAttribute(\"fill\", info[i].fill);\n"
-    "      info[i].fill = null;\n"
-    "    }\n"
-    "    matchedEl.textContent = \" \";\n"
-    "    searchEl.classList.remove(\"active\");\n"
-    "    searching = false;\n"
-    "  }\n"
-    "  /* Highlights the frames whose name matches term (a regular expression);\n"
-    "     returns the share of the total they cover, in percent (nested\n"
-    "     matches counted once), or null for an invalid expression. */\n"
-    "  function search(term) {\n"
-    "    var re;\n"
-    "    try { re = new RegExp(term); } catch (e) {\n"
-    "      matchedEl.textContent = \"Invalid regular expression\";\n"
-    "      return null;\n"
-    "    }\n"
-    "    resetSearch();\n"
-    "    var sum = 0, covered = -1;\n"
-    "    for (var i = 0; i < info.length; i++) {\n"
-    "      var f = info[i];\n"
-    "      if (!re.test(f.name)) continue;\n"
-    "      f.fill = f.rect.getAttribute(\"fill\");\n"
-    "      f.rect.setAttribute(\"fill\", \"" HIGHLIGHT "\");\n"
-    "      if (i > covered) { sum += f.v; covered = f.end; }\n"
-    "    }\n"
-    "    var pct = total > 0 ? 100 * sum / total : 0;\n"
-    "    matchedEl.textContent = \"Matched: \" + pct.toFixed(1) + \"%\";\n"
-    "    searchEl.classList.add(\"active\");\n"
-    "    searching = true;\n"
-    "    return pct;\n"
-    "  }\n"
-    "  function askSearch() {\n"
-    "    if (searching) { resetSearch(); return; }\n"
-    "    var term = window.prompt(\"Search frames (regular expression)\", \"\");\n"
-    "    if (term) search(term);\n"
-    "  }\n"
-    "  function frameOf(t) {\n"
-    "    while (t && t.parentNode !== framesEl) t = t.parentNode;\n"
-    "    return t;\n"
-    "  }\n"
-    "  framesEl.addEventListener(\"click\", function (e) {\n"
-    "    var g = frameOf(e.target);\n"
-    "    if (g) zoom(g.npIndex);\n"
-    "  });\n"
-    "  framesEl.addEventListener(\"mouseover\", function (e) {\n"
-    "    var g = frameOf(e.target);\n"
-    "    if (g) details.textContent = info[g.npIndex].title.textContent;\n"
-    "  });\n"
-    "  framesEl.addEventListener(\"mouseout\", function () { details.textContent = \" \"; });\n"
-    "  unzoomEl.addEventListener(\"click\", unzoom);\n"
-    "  searchEl.addEventListener(\"click\", askSearch);\n"
-    "  window.addEventListener(\"keydown\", function (e) {\n"
-    "    if (e.key === \"F3\" || ((e.ctrlKey || e.metaKey) && (e.key === \"f\" || e.key === "
-    "\"F\"))) {\n"
-    "      e.preventDefault();\n"
-    "      askSearch();\n"
-    "    } else if (e.key === \"Escape\") {\n"
-    "      resetSearch();\n"
-    "      unzoom();\n"
-    "    }\n"
-    "  });\n"
-    "  window.ncclprobeFlame = {search: search, resetSearch: resetSearch, zoom: zoom,\n"
-    "    unzoom: unzoom, frames: info.length};\n"
-    "})();\n"
-    "]]></script>\n";
+#define SVG_STYLE_OPEN "<style type=\"text/css\">\n"
+#define SVG_STYLE_CLOSE "</style>\n"
+#define SVG_SCRIPT_OPEN "<script type=\"text/ecmascript\"><![CDATA[\n"
+#define SVG_SCRIPT_CLOSE "]]></script>\n"
 
 static void svg_header(struct svg *s) {
     fprintf(s->out,
@@ -691,7 +473,9 @@ static void svg_header(struct svg *s) {
             "<stop stop-color=\"#eeeeee\" offset=\"5%%\"/>"
             "<stop stop-color=\"#eeeeb0\" offset=\"95%%\"/></linearGradient></defs>\n",
             s->width, s->height, s->width, s->height);
-    fputs(SVG_STYLE, s->out);
+    fputs(SVG_STYLE_OPEN, s->out);
+    fputs(flamegraph_css, s->out); /* src/writers/flamegraph.css */
+    fputs(SVG_STYLE_CLOSE, s->out);
     fprintf(s->out,
             "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"url(#np_background)\"/>\n",
             s->width, s->height);
@@ -712,16 +496,21 @@ static void svg_titles(struct svg *s) {
             total);
 }
 
-static void svg_legend(struct svg *s, const bool present[K_COUNT]) {
-    static const char *const sample[K_COUNT] = {
-        "f", "f [inlined]", "f (x.py:1)", "[NCCL]AllReduce", "[GPU_Kernel]k", "[unknown]"};
+static void svg_legend(struct svg *s, const bool present[NP_FRAME_KIND_COUNT]) {
+    static const char *const sample[NP_FRAME_KIND_COUNT] = {
+        [NP_FRAME_KIND_NATIVE] = "f",
+        [NP_FRAME_KIND_INLINED] = "f" NP_FRAME_INLINED_SUFFIX,
+        [NP_FRAME_KIND_PYTHON] = "f (x.py:1)",
+        [NP_FRAME_KIND_NCCL] = NP_FRAME_NCCL_PREFIX "AllReduce",
+        [NP_FRAME_KIND_GPU] = NP_LEAF_KERNEL "k",
+        [NP_FRAME_KIND_SYNTHETIC] = NP_FRAME_UNKNOWN};
     double x = XPAD;
     fputs("<g id=\"np_legend\">\n", s->out);
-    for (int k = 0; k < K_COUNT; k++) {
+    for (int k = 0; k < NP_FRAME_KIND_COUNT; k++) {
         if (!present[k])
             continue;
         char colour[32];
-        frame_colour(sample[k], (enum frame_kind)k, colour, sizeof(colour));
+        frame_colour(sample[k], (enum np_frame_kind)k, colour, sizeof(colour));
         fprintf(s->out,
                 "<rect x=\"%.1f\" y=\"55\" width=\"10\" height=\"10\" fill=\"%s\" "
                 "data-kind=\"%s\"/><text x=\"%.1f\" y=\"64\">%s</text>\n",
@@ -744,7 +533,7 @@ static void svg_frame(struct svg *s, const struct flame_tree *t, const struct fl
     double scale = s->frame_width / (double)s->total;
     double x = XPAD + (double)node->offset * scale, w = (double)node->value * scale;
     double y = s->height - YPAD_BOTTOM - (double)(node->depth + 1) * FRAME_HEIGHT;
-    enum frame_kind k = frame_kind(node->name);
+    enum np_frame_kind k = np_frame_kind(node->name);
     char colour[32], value[64];
     frame_colour(node->name, k, colour, sizeof(colour));
     format_value(node->value, s->o->unit, value, sizeof(value));
@@ -765,7 +554,8 @@ static void svg_frame(struct svg *s, const struct flame_tree *t, const struct fl
 }
 
 /* Marks the frames to draw (preorder numbers), their depth and kinds. */
-static void choose_frames(struct flame_tree *t, double scale, bool *wide, bool present[K_COUNT]) {
+static void choose_frames(struct flame_tree *t, double scale, bool *wide,
+                          bool present[NP_FRAME_KIND_COUNT]) {
     for (size_t i = 0; i < t->n; i++) {
         const struct flame_node *node = &t->nodes[i];
         wide[i] = (double)node->value * scale >= MIN_FRAME_WIDTH &&
@@ -777,7 +567,7 @@ static void choose_frames(struct flame_tree *t, double scale, bool *wide, bool p
         t->nodes[id].pre = (int32_t)t->drawn++;
         if (t->nodes[id].depth > t->max_depth)
             t->max_depth = t->nodes[id].depth;
-        present[frame_kind(t->nodes[id].name)] = true;
+        present[np_frame_kind(t->nodes[id].name)] = true;
     }
 }
 
@@ -786,7 +576,7 @@ static int render_tree(FILE *out, struct flame_tree *t, const struct np_flame_op
     s.frame_width = s.width - 2 * XPAD;
     s.total = t->nodes[0].value;
     double scale = s.frame_width / (double)s.total;
-    bool present[K_COUNT] = {0};
+    bool present[NP_FRAME_KIND_COUNT] = {0};
     bool *wide = calloc(t->n, sizeof(*wide));
     if (!wide)
         return -ENOMEM;
@@ -806,7 +596,9 @@ static int render_tree(FILE *out, struct flame_tree *t, const struct np_flame_op
         if (wide[id])
             svg_frame(&s, t, &t->nodes[id]);
     fputs("</g>\n", out);
-    fputs(SVG_SCRIPT, out);
+    fputs(SVG_SCRIPT_OPEN, out);
+    fputs(flamegraph_js, out); /* src/writers/flamegraph.js */
+    fputs(SVG_SCRIPT_CLOSE, out);
     fputs("</svg>\n", out);
     free(wide);
     return 0;
@@ -871,23 +663,8 @@ static int write_svg(struct flame_input *input, const char *path, const struct n
     return np_write_atomic(path, fill_svg, &job);
 }
 
-static int render_file(const char *in_path, const char *out_path, const struct np_flame_opts *o,
-                       bool skip_empty);
-
-/* Renders dir/in_name to dir/out_name unless its weights are all zero and
- * skip_empty: 0, 1 when skipped, -errno. */
-static int write_one(const char *dir, const char *in_name, const char *out_name,
-                     const struct np_flame_opts *o, bool skip_empty) {
-    char in_path[4096], out_path[4096];
-    snprintf(in_path, sizeof(in_path), "%s/%s", dir, in_name);
-    snprintf(out_path, sizeof(out_path), "%s/%s", dir, out_name);
-    return render_file(in_path, out_path, o, skip_empty);
-}
-
-int np_flamegraph_file(const char *in_path, const char *out_path, const struct np_flame_opts *o) {
-    return render_file(in_path, out_path, o, false);
-}
-
+/* Renders in_path to out_path unless its weights are all zero and
+ * skip_empty: 0, 1 when skipped, -errno (said, but for a missing input). */
 static int render_file(const char *in_path, const char *out_path, const struct np_flame_opts *o,
                        bool skip_empty) {
     FILE *in = fopen(in_path, "re");
@@ -915,20 +692,42 @@ static int render_file(const char *in_path, const char *out_path, const struct n
     return err;
 }
 
+int np_flamegraph_file(const char *in_path, const char *out_path, const struct np_flame_opts *o) {
+    return render_file(in_path, out_path, o, false);
+}
+
+/* Renders dir/in_name to dir/out_name (render_file's results). */
+static int write_one(const char *dir, const char *in_name, const char *out_name,
+                     const struct np_flame_opts *o, bool skip_empty) {
+    char *in_path = np_rec_path(dir, in_name), *out_path = np_rec_path(dir, out_name);
+    int err = in_path && out_path ? render_file(in_path, out_path, o, skip_empty) : -ENOMEM;
+    if (err == -ENOMEM)
+        np_err("%s: out of memory", dir);
+    free(in_path);
+    free(out_path);
+    return err;
+}
+
+/* No GPU time: no flame graph of it, and no stale one either. */
+static int remove_gpu_ns_graph(const char *dir) {
+    char *path = np_rec_path(dir, NP_REC_FLAMEGRAPH_GPU_NS_SVG);
+    if (!path) {
+        np_err("%s: out of memory", dir);
+        return -ENOMEM;
+    }
+    unlink(path);
+    free(path);
+    return 0;
+}
+
 int np_write_flamegraphs(const char *dir) {
     struct np_flame_opts count = {.title = "ncclprobe: launches by stack", .unit = NP_FLAME_COUNT};
     struct np_flame_opts ns = {.title = "ncclprobe: GPU time by stack", .unit = NP_FLAME_NS};
-    int err = write_one(dir, "merged.folded", "flamegraph.svg", &count, false);
+    int err = write_one(dir, NP_REC_MERGED_FOLDED, NP_REC_FLAMEGRAPH_SVG, &count, false);
     if (err == -ENOENT)
-        np_warn("%s/merged.folded does not exist: no flame graph", dir);
+        np_warn("%s/" NP_REC_MERGED_FOLDED " does not exist: no flame graph", dir);
     if (err < 0)
         return err;
-    err = write_one(dir, "merged.gpu_ns.folded", "flamegraph.gpu_ns.svg", &ns, true);
-    if (err == 1 || err == -ENOENT) { /* no GPU time: no stale graph either */
-        char path[4096];
-        snprintf(path, sizeof(path), "%s/flamegraph.gpu_ns.svg", dir);
-        unlink(path);
-        return 0;
-    }
-    return err;
+    err = write_one(dir, NP_REC_MERGED_GPU_NS_FOLDED, NP_REC_FLAMEGRAPH_GPU_NS_SVG, &ns, true);
+    return err == 1 || err == -ENOENT ? remove_gpu_ns_graph(dir) : err;
 }

@@ -1,11 +1,11 @@
 /* formats.c - the --format list and the derived writers it runs (see
- * formats.h). */
+ * formats.h): the library half of `ncclprobe convert`, which record and the
+ * daemon (through an exec'd convert) share; merge parses the same list. */
 #include "writers/formats.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "lib/util.h"
 #include "writers/flamegraph.h"
@@ -74,40 +74,4 @@ void np_formats_name(unsigned formats, char *out, size_t size) {
                                   names[i].name);
     if (!formats)
         snprintf(out, size, "none");
-}
-
-int np_cmd_convert(int argc, char **argv) {
-    unsigned formats = NP_FORMATS_DEFAULT;
-    const char *dir = NULL;
-    for (int i = 1; i < argc; i++) {
-        char why[256];
-        if (strcmp(argv[i], "--format") == 0 && i + 1 < argc) {
-            if (np_formats_parse(argv[++i], &formats, why, sizeof(why)) < 0) {
-                np_err("--format: %s", why);
-                return 2;
-            }
-        } else if (argv[i][0] != '-' && !dir) {
-            dir = argv[i];
-        } else {
-            fprintf(stderr,
-                    "usage: ncclprobe convert DIR [--format LIST]\n"
-                    "Makes the derived outputs (%s) of a recording directory.\n",
-                    NP_FORMATS_HELP);
-            return strcmp(argv[i], "--help") == 0 ? 0 : 2;
-        }
-    }
-    if (!dir) {
-        fprintf(stderr, "usage: ncclprobe convert DIR [--format LIST]\n");
-        return 2;
-    }
-    struct stat st;
-    if (stat(dir, &st) < 0) {
-        np_err("cannot read %s: %s", dir, strerror(errno));
-        return 1;
-    }
-    if (!S_ISDIR(st.st_mode)) {
-        np_err("%s is not a recording directory", dir);
-        return 1;
-    }
-    return np_formats_write(dir, formats) ? 1 : 0;
 }

@@ -1,7 +1,7 @@
-/* formats.h - the --format list of record, merge and the daemon: which of
- * the derived outputs (pprof, Perfetto trace, SVG flame graphs) are written
- * from a recording directory once its own files are closed. The folded and
- * JSONL files are always written: the others are made from them. */
+/* formats.h - the --format list of record, convert, merge and the daemon:
+ * which of the derived outputs (pprof, Perfetto trace, SVG flame graphs) are
+ * written from a recording directory once its own files are closed. The
+ * folded and JSONL files are always written: the others are made from them. */
 #ifndef NP_FORMATS_H
 #define NP_FORMATS_H
 
@@ -28,9 +28,5 @@ int np_formats_write(const char *dir, unsigned formats);
 
 /* "pprof,perfetto,svg" (or "none") for a set of formats, as parse reads it. */
 void np_formats_name(unsigned formats, char *out, size_t size);
-
-/* `ncclprobe convert DIR [--format LIST]`: the derived outputs of a closed
- * recording or output set (the daemon runs it for each set it writes). */
-int np_cmd_convert(int argc, char **argv);
 
 #endif

@@ -3,7 +3,7 @@
  * A full disk must not cost the small files a user wants most: the
  * aggregates (launches.folded, merged*.folded) are written at the end, and
  * summary.json after them. So room for them is held from the start in a
- * reserve file (RESERVE_NAME), grown ahead of the aggregates' size as new
+ * reserve file (NP_REC_RESERVE), grown ahead of the aggregates' size as new
  * stacks appear and deleted just before they are written. The per-launch
  * streams go through np_recfile: when one is cut at a record boundary, all
  * are, together, and the totals say how many records were not written. */
@@ -20,17 +20,18 @@
 #include <unistd.h>
 
 #include "ingest/ingest.h"
+#include "lib/json.h"
 #include "lib/recfile.h"
 #include "lib/util.h"
-#include "writers/json.h"
+#include "ncclprobe/recording.h"
 
-#define RESERVE_NAME ".ncclprobe-reserve"
 #define RESERVE_BASE (128u << 10) /* summary.json and the files' overhead */
 
 enum stream { EXT_FOLDED, LAUNCHES_JSONL, NCCL_JSONL, STACKS_JSONL, GPU_UNMATCHED, NSTREAMS };
 
 static const char *const stream_names[NSTREAMS] = {
-    "stacks.ext.folded", "launches.jsonl", "nccl.jsonl", "stacks.jsonl", "gpu_unmatched.jsonl",
+    NP_REC_STACKS_EXT_FOLDED, NP_REC_LAUNCHES_JSONL,      NP_REC_NCCL_JSONL,
+    NP_REC_STACKS_JSONL,      NP_REC_GPU_UNMATCHED_JSONL,
 };
 
 struct np_output {
@@ -39,7 +40,7 @@ struct np_output {
     struct np_recfile *streams[NSTREAMS];
     bool aggregate_only; /* NP_OUTPUT_AGGREGATE */
     bool gpu_unmatched_failed;
-    int reserve_fd;              /* RESERVE_NAME, -1 when none could be made */
+    int reserve_fd;              /* NP_REC_RESERVE, -1 when none could be made */
     uint64_t reserved;           /* its size */
     uint64_t agg_bytes;          /* what the aggregate files will take, as far as known */
     int cut_error;               /* what cut the streams (all of them), 0 if whole */
@@ -114,7 +115,7 @@ static int reserve_grow(struct np_output *o, uint64_t size) {
 
 static void reserve_open(struct np_output *o) {
     char path[4200];
-    snprintf(path, sizeof(path), "%s/" RESERVE_NAME, o->dir);
+    snprintf(path, sizeof(path), "%s/" NP_REC_RESERVE, o->dir);
     o->reserve_fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (o->reserve_fd >= 0 && reserve_grow(o, RESERVE_BASE) < 0)
         np_debug("%s: cannot reserve room for the aggregates", path);
@@ -126,7 +127,7 @@ static void reserve_release(struct np_output *o) {
     close(o->reserve_fd);
     o->reserve_fd = -1;
     char path[4200];
-    snprintf(path, sizeof(path), "%s/" RESERVE_NAME, o->dir);
+    snprintf(path, sizeof(path), "%s/" NP_REC_RESERVE, o->dir);
     unlink(path);
 }
 
@@ -268,7 +269,7 @@ static uint64_t stack_id(struct np_output *o, const struct np_stack_texts *texts
     o->stacks[id - 1] = copy;
     struct np_str line;
     np_str_init(&line);
-    np_str_appendf(&line, "{\"stack_id\":%" PRIuPTR ",\"frames\":[", id);
+    np_str_appendf(&line, "{\"" NP_KEY_STACK_ID "\":%" PRIuPTR ",\"" NP_KEY_FRAMES "\":[", id);
     const char *p = stack;
     char frame[4096];
     for (int first = 1; *p; first = 0) {
@@ -284,7 +285,7 @@ static uint64_t stack_id(struct np_output *o, const struct np_stack_texts *texts
         if (*p == ';')
             p++;
     }
-    np_str_append(&line, "],\"locations\":[");
+    np_str_append(&line, "],\"" NP_KEY_LOCATIONS "\":[");
     np_str_append(&line, np_str_cstr(&texts->locations));
     np_str_append(&line, "]}\n");
     write_line(o, STACKS_JSONL, &line);
@@ -296,9 +297,9 @@ static uint64_t stack_id(struct np_output *o, const struct np_stack_texts *texts
  * "thread" in nccl.jsonl, where "comm" is the communicator). */
 static void json_common(struct np_str *s, const struct np_launch *l, const char *thread_key) {
     const struct np_launch_event *e = l->ev;
-    np_str_appendf(s,
-                   "{\"ts_ns\":%" PRIu64 ",\"pid\":%u,\"tid\":%u,\"%s\":", (uint64_t)e->hdr.ts_ns,
-                   e->hdr.pid, e->hdr.tid, thread_key);
+    np_str_appendf(
+        s, "{\"" NP_KEY_TS_NS "\":%" PRIu64 ",\"" NP_KEY_PID "\":%u,\"" NP_KEY_TID "\":%u,\"%s\":",
+        (uint64_t)e->hdr.ts_ns, e->hdr.pid, e->hdr.tid, thread_key);
     char comm[NP_COMM_LEN + 1];
     memcpy(comm, e->comm, NP_COMM_LEN);
     comm[NP_COMM_LEN] = '\0';
@@ -309,15 +310,17 @@ static void json_common(struct np_str *s, const struct np_launch *l, const char 
 /* ,"comm_hash":"0x..","rank":R,"nranks":N,"cuda_dev":D - null when unknown */
 static void comm_id_json(struct np_str *s, const struct np_nccl_comm_id *id) {
     if (!id->known) {
-        np_str_append(s, ",\"comm_hash\":null,\"rank\":null,\"nranks\":null,\"cuda_dev\":null");
+        np_str_append(s, ",\"" NP_KEY_COMM_HASH
+                         "\":null,\"rank\":null,\"nranks\":null,\"cuda_dev\":null");
         return;
     }
-    np_str_appendf(s, ",\"comm_hash\":\"0x%" PRIx64 "\",\"rank\":%d,\"nranks\":%d,\"cuda_dev\":%d",
-                   id->hash, id->rank, id->nranks, id->cuda_dev);
+    np_str_appendf(
+        s, ",\"" NP_KEY_COMM_HASH "\":\"0x%" PRIx64 "\",\"rank\":%d,\"nranks\":%d,\"cuda_dev\":%d",
+        id->hash, id->rank, id->nranks, id->cuda_dev);
 }
 
 static void nccl_op_json(struct np_str *s, const struct np_nccl_op *op) {
-    np_str_append(s, "{\"op\":");
+    np_str_append(s, "{\"" NP_KEY_NCCL_OP "\":");
     np_json_string(s, np_nccl_func_name(op->func));
     np_str_appendf(s, ",\"count\":%" PRIu64 ",\"datatype\":", op->count);
     np_json_string(s, op->datatype >= 0 ? np_nccl_datatype_name(op->datatype) : "");
@@ -333,12 +336,12 @@ static void nccl_op_json(struct np_str *s, const struct np_nccl_op *op) {
 /* ,"nccl":{...}: an NCCL kernel launch's communicator and plan. */
 static void nccl_launch_json(struct np_str *s, const struct np_launch *l) {
     const struct np_nccl_plan *p = l->nccl_plan;
-    np_str_appendf(s, ",\"nccl\":{\"comm\":\"0x%" PRIx64 "\"", l->comm);
+    np_str_appendf(s, ",\"" NP_KEY_NCCL "\":{\"" NP_KEY_COMM "\":\"0x%" PRIx64 "\"", l->comm);
     comm_id_json(s, p ? &p->id : &(struct np_nccl_comm_id){0});
     if (p) {
         if (p->has_kernel_fn)
             np_str_appendf(s, ",\"kernel_fn\":\"0x%" PRIx64 "\"", p->kernel_fn);
-        np_str_appendf(s, ",\"symmetric\":%s,\"copy_engine\":%s,\"ops\":[",
+        np_str_appendf(s, ",\"symmetric\":%s,\"copy_engine\":%s,\"" NP_KEY_NCCL_OPS "\":[",
                        p->symmetric ? "true" : "false", p->copy_engine ? "true" : "false");
         for (uint32_t i = 0; i < p->nops; i++) {
             np_str_append(s, i ? "," : "");
@@ -359,17 +362,19 @@ static void render_launch_json(struct np_str *s, const struct np_launch *l, cons
                                uint64_t sid) {
     np_str_reset(s);
     json_common(s, l, "comm");
-    np_str_append(s, ",\"api\":");
+    np_str_append(s, ",\"" NP_KEY_API "\":");
     np_json_string(s, l->def->api);
     np_str_appendf(s, ",\"probe_id\":%u", l->ev->called_as);
-    np_str_append(s, ",\"kernel\":");
+    np_str_append(s, ",\"" NP_KEY_KERNEL "\":");
     np_json_string(s, kernel);
     np_str_appendf(s, ",\"func\":\"0x%" PRIx64 "\"", l->func);
     if (l->has_dims)
         np_str_appendf(s, ",\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"shmem\":%" PRIu64,
                        l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2],
                        l->shmem);
-    np_str_appendf(s, ",\"stream\":\"0x%" PRIx64 "\",\"nested\":%s,\"stack_id\":%" PRIu64,
+    np_str_appendf(s,
+                   ",\"" NP_KEY_STREAM "\":\"0x%" PRIx64 "\",\"" NP_KEY_NESTED
+                   "\":%s,\"" NP_KEY_STACK_ID "\":%" PRIu64,
                    l->stream, l->nested ? "true" : "false", sid);
     if (l->def->layout == NP_LAYOUT_NCCL_LAUNCH)
         nccl_launch_json(s, l);
@@ -407,7 +412,7 @@ uint64_t np_output_launch(struct np_output *o, const struct np_launch *l,
     np_sanitize_frame(leaf, sizeof(leaf), kernel, false);
     if (!held_json) { /* no GPU records will come: the CPU side's kernel */
         char merged_leaf[1100];
-        snprintf(merged_leaf, sizeof(merged_leaf), "[GPU_Kernel]%s", leaf);
+        snprintf(merged_leaf, sizeof(merged_leaf), NP_LEAF_KERNEL "%s", leaf);
         add_merged(o, sid, merged_leaf, 0, false);
     }
     s = &o->line;
@@ -417,7 +422,7 @@ uint64_t np_output_launch(struct np_output *o, const struct np_launch *l,
     bump(o, &o->kernel_counts, leaf);
     np_str_reset(s);
     np_str_append(s, stack);
-    np_str_appendf(s, "%s[GPU_Kernel]%s", *stack ? ";" : "", leaf);
+    np_str_appendf(s, "%s" NP_LEAF_KERNEL "%s", *stack ? ";" : "", leaf);
 
     char comm[NP_COMM_LEN + 1];
     memcpy(comm, l->ev->comm, NP_COMM_LEN);
@@ -437,31 +442,33 @@ uint64_t np_output_launch(struct np_output *o, const struct np_launch *l,
 /* The flame-graph leaf of a GPU record. */
 static void gpu_leaf(char *out, size_t size, const struct np_gpu_record *r) {
     if (r->kind == NP_GPU_MEMCPY) {
-        snprintf(out, size, "[GPU_Memcpy]%s", np_gpu_copy_kind_name(r->copy_kind));
+        snprintf(out, size, NP_LEAF_MEMCPY "%s", np_gpu_copy_kind_name(r->copy_kind));
     } else if (r->kind == NP_GPU_MEMSET) {
-        snprintf(out, size, "[GPU_Memset]");
+        snprintf(out, size, NP_LEAF_MEMSET);
     } else {
         char name[NP_WIRE_MAX_NAME + 1], safe[NP_WIRE_MAX_NAME + 1];
         memcpy(name, r->name, r->name_len);
         name[r->name_len] = '\0';
         np_sanitize_frame(safe, sizeof(safe), name, false);
-        snprintf(out, size, "[GPU_Kernel]%s", safe);
+        snprintf(out, size, NP_LEAF_KERNEL "%s", safe);
     }
 }
 
 static void gpu_record_json(struct np_str *s, const struct np_gpu_record *r) {
     static const char *const types[] = {"", "kernel", "memcpy", "memset"};
-    np_str_appendf(s, "{\"type\":\"%s\"", types[r->kind <= NP_GPU_MEMSET ? r->kind : 0]);
+    np_str_appendf(s, "{\"" NP_KEY_GPU_TYPE "\":\"%s\"",
+                   types[r->kind <= NP_GPU_MEMSET ? r->kind : 0]);
     if (r->kind == NP_GPU_KERNEL) {
         char name[NP_WIRE_MAX_NAME + 1];
         memcpy(name, r->name, r->name_len);
         name[r->name_len] = '\0';
-        np_str_append(s, ",\"name\":");
+        np_str_append(s, ",\"" NP_KEY_GPU_NAME "\":");
         np_json_string(s, name);
     }
     np_str_appendf(s,
-                   ",\"correlation_id\":%u,\"start_ns\":%" PRIu64 ",\"end_ns\":%" PRIu64
-                   ",\"device\":%u,\"context\":%u,\"stream\":%u,\"graph_id\":%u"
+                   ",\"correlation_id\":%u,\"" NP_KEY_START_NS "\":%" PRIu64 ",\"" NP_KEY_END_NS
+                   "\":%" PRIu64 ",\"" NP_KEY_DEVICE "\":%u,\"" NP_KEY_CONTEXT
+                   "\":%u,\"" NP_KEY_STREAM "\":%u,\"" NP_KEY_GRAPH_ID "\":%u"
                    ",\"graph_node_id\":%" PRIu64,
                    r->correlation_id, r->start_ns, r->end_ns, r->device, r->context, r->stream,
                    r->graph_id, r->graph_node_id);
@@ -469,7 +476,7 @@ static void gpu_record_json(struct np_str *s, const struct np_gpu_record *r) {
         np_str_appendf(s, ",\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u]}", r->grid[0], r->grid[1],
                        r->grid[2], r->block[0], r->block[1], r->block[2]);
     else if (r->kind == NP_GPU_MEMCPY)
-        np_str_appendf(s, ",\"copy_kind\":\"%s\",\"bytes\":%" PRIu64 "}",
+        np_str_appendf(s, ",\"" NP_KEY_COPY_KIND "\":\"%s\",\"bytes\":%" PRIu64 "}",
                        np_gpu_copy_kind_name(r->copy_kind), r->bytes);
     else
         np_str_appendf(s, ",\"bytes\":%" PRIu64 "}", r->bytes);
@@ -488,7 +495,7 @@ void np_output_gpu_launch(struct np_output *o, const struct np_gpu_launch *gl,
     np_str_append(s, ",\"correlation_ids\":[");
     for (uint32_t i = 0; i < gl->nids; i++)
         np_str_appendf(s, "%s%u", i ? "," : "", gl->ids[i]);
-    np_str_appendf(s, "],\"gpu_status\":\"%s\",\"gpu\":[", names[status]);
+    np_str_appendf(s, "],\"" NP_KEY_GPU_STATUS "\":\"%s\",\"" NP_KEY_GPU "\":[", names[status]);
     for (uint32_t i = 0; i < gl->nrecords; i++) {
         if (i)
             np_str_append(s, ",");
@@ -501,10 +508,10 @@ void np_output_gpu_launch(struct np_output *o, const struct np_gpu_launch *gl,
     if (status == NP_GPU_NONE) {
         char safe[1024];
         np_sanitize_frame(safe, sizeof(safe), gl->cpu_kernel, false);
-        snprintf(leaf, sizeof(leaf), "[GPU_Kernel]%s", safe);
+        snprintf(leaf, sizeof(leaf), NP_LEAF_KERNEL "%s", safe);
         add_merged(o, gl->stack_id, leaf, 0, false);
     } else if (status == NP_GPU_PENDING) {
-        add_merged(o, gl->stack_id, "[GPU_Launch_Pending]", 0, false);
+        add_merged(o, gl->stack_id, NP_LEAF_PENDING, 0, false);
     }
     for (uint32_t i = 0; i < gl->nrecords; i++) {
         gpu_leaf(leaf, sizeof(leaf), gl->records[i]);
@@ -543,18 +550,19 @@ void np_output_nccl_op(struct np_output *o, const struct np_launch *l,
     o->totals.nccl_ops++;
     np_str_reset(s);
     json_common(s, l, "thread");
-    np_str_append(s, ",\"op\":");
+    np_str_append(s, ",\"" NP_KEY_NCCL_OP "\":");
     np_json_string(s, l->def->api);
     np_str_appendf(s, ",\"count\":%" PRIu64 ",\"datatype\":", l->count);
     np_json_string(s, l->datatype >= 0 ? np_nccl_datatype_name(l->datatype) : "");
     np_str_appendf(s, ",\"bytes\":%" PRIu64 ",\"redop\":", l->count * (uint64_t)size);
     np_json_string(s, l->redop >= 0 ? np_nccl_redop_name(l->redop) : "");
-    np_str_appendf(s, ",\"root\":%" PRId64 ",\"peer\":%" PRId64 ",\"comm\":\"0x%" PRIx64 "\"",
-                   l->root, l->peer, l->comm);
+    np_str_appendf(
+        s, ",\"root\":%" PRId64 ",\"peer\":%" PRId64 ",\"" NP_KEY_COMM "\":\"0x%" PRIx64 "\"",
+        l->root, l->peer, l->comm);
     comm_id_json(s, &l->comm_id);
     np_str_appendf(s,
-                   ",\"stream\":\"0x%" PRIx64 "\",\"sendbuff\":\"0x%" PRIx64
-                   "\",\"recvbuff\":\"0x%" PRIx64 "\",\"stack_id\":%" PRIu64 "}\n",
+                   ",\"" NP_KEY_STREAM "\":\"0x%" PRIx64 "\",\"sendbuff\":\"0x%" PRIx64
+                   "\",\"recvbuff\":\"0x%" PRIx64 "\",\"" NP_KEY_STACK_ID "\":%" PRIu64 "}\n",
                    l->stream, l->sendbuff, l->recvbuff, sid);
     write_line(o, NCCL_JSONL, s);
 }
@@ -586,7 +594,7 @@ static void write_merged(struct np_output *o, const char *name, const struct np_
         char *leaf = NULL;
         uint64_t id = strtoull(e->skey, &leaf, 10);
         const char *stack = id >= 1 && id < o->next_stack_id ? o->stacks[id - 1]
-                            : id == 0                        ? "[no launch stack]"
+                            : id == 0                        ? NP_FRAME_NO_LAUNCH_STACK
                                                              : "";
         if (fprintf(f, "%s%s%s %" PRIuPTR "\n", stack, *stack ? ";" : "", leaf + 1,
                     (uintptr_t)e->value) < 0)
@@ -597,7 +605,7 @@ static void write_merged(struct np_output *o, const char *name, const struct np_
 }
 
 static void write_folded(struct np_output *o) {
-    FILE *f = open_in(o->dir, "launches.folded", &o->first_error);
+    FILE *f = open_in(o->dir, NP_REC_LAUNCHES_FOLDED, &o->first_error);
     if (!f)
         return;
     for (size_t i = 0; i < o->folded_counts.cap; i++) {
@@ -607,8 +615,8 @@ static void write_folded(struct np_output *o) {
         char *kernel = NULL;
         uint64_t id = strtoull(e->skey, &kernel, 10);
         const char *stack = id >= 1 && id < o->next_stack_id ? o->stacks[id - 1] : "";
-        if (fprintf(f, "%s%s[GPU_Kernel]%s %" PRIuPTR "\n", stack, *stack ? ";" : "", kernel + 1,
-                    (uintptr_t)e->value) < 0)
+        if (fprintf(f, "%s%s" NP_LEAF_KERNEL "%s %" PRIuPTR "\n", stack, *stack ? ";" : "",
+                    kernel + 1, (uintptr_t)e->value) < 0)
             note_error(o, -errno);
     }
     if (fclose(f) != 0)
@@ -639,8 +647,8 @@ int np_output_finish(struct np_output *o) {
     reserve_release(o);
     if (o->dir) {
         write_folded(o);
-        write_merged(o, "merged.folded", &o->merged_counts);
-        write_merged(o, "merged.gpu_ns.folded", &o->merged_ns);
+        write_merged(o, NP_REC_MERGED_FOLDED, &o->merged_counts);
+        write_merged(o, NP_REC_MERGED_GPU_NS_FOLDED, &o->merged_ns);
     }
     return o->first_error;
 }

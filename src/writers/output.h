@@ -6,7 +6,9 @@
  *   stacks.jsonl       the stacks the two .jsonl files refer to by stack_id
  *   merged.folded      stacks with their GPU work as leaves: "frames;[GPU_Kernel]K COUNT"
  *   merged.gpu_ns.folded  the same weighted by GPU nanoseconds
- * Formats are documented in docs/output-formats.md. */
+ *   gpu_unmatched.jsonl   GPU records no launch claimed (once there is one)
+ * The names are include/ncclprobe/recording.h's; the formats are documented
+ * in docs/output-formats.md. */
 #ifndef NP_OUTPUT_H
 #define NP_OUTPUT_H
 

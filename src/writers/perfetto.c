@@ -1,11 +1,10 @@
 /* perfetto.c - the trace.json writer (see perfetto.h): reads a recording
- * directory's JSONL files line by line and streams Chrome Trace Event JSON.
- * It owns the track layout (CPU threads, GPU devices and their streams,
- * overlap lanes) and the flow ids. */
+ * directory's JSONL files line by line (src/recording/, leniently) and
+ * streams Chrome Trace Event JSON. It owns the track layout (CPU threads,
+ * GPU devices and their streams, overlap lanes) and the flow ids. */
 #define _GNU_SOURCE
 #include "writers/perfetto.h"
 
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -13,19 +12,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "lib/hashmap.h"
+#include "lib/json.h"
 #include "lib/util.h"
-#include "report/jsonl.h"
-#include "writers/json.h"
+#include "ncclprobe/recording.h"
+#include "recording/recording.h"
 
 #define CPU_SLICE_NS 1000u              /* nominal length of a launch slice */
 #define CPU_RING 16u                    /* recent slices per thread kept for nesting */
 #define MAX_LANES 16u                   /* tracks per GPU stream for overlapping records */
 #define GPU_PID_BASE 1000000000u        /* synthetic pid of "GPU N": above any Linux pid */
 #define GPU_TID_BASE 1100000000u        /* synthetic tids of the stream tracks */
-#define LONG_INT_MARK '\x01'            /* jsonl.c writes integers > 15 digits as "\x01DIGITS" */
 #define DOUBLE_EXACT 9007199254740992.0 /* 2^53 */
 
 struct cpu_thread {
@@ -41,16 +39,28 @@ struct gpu_stream {
 
 struct trace_counts {
     uint64_t launches, nested, nccl_ops, gpu_records, unmatched, flows;
-    uint64_t skipped_lines, gpu_overlaps, lanes;
+    uint64_t gpu_overlaps, lanes;
+};
+
+/* One of the JSONL files, read a line ahead, with the line's sort key. */
+struct source {
+    struct np_rec_lines it;
+    bool launches; /* launches.jsonl, else gpu_unmatched.jsonl */
+    bool have;     /* a line is held */
+    struct np_rec_launch launch;
+    struct np_rec_gpu gpu;
+    uint64_t key;
 };
 
 struct trace {
     const char *dir;
+    struct np_recording rec;
+    struct source launches, unmatched;
     FILE *f;
     struct np_str ev; /* the event being written */
     bool first_event;
-    struct np_map stacks;     /* stack_id -> char *: its frames as a JSON array */
-    struct np_map proc_names; /* pid -> char *: from summary.json / window.json */
+    char **stack_json;        /* per stack of rec: its frames as a JSON array, once used */
+    struct np_map proc_names; /* pid -> const char *: from summary.json / window.json */
     struct np_map procs;      /* pid (CPU) or GPU pid -> seen */
     struct np_map threads;    /* pid << 32 | tid -> struct cpu_thread */
     struct np_map devices;    /* device -> first context seen + 1 */
@@ -65,7 +75,7 @@ struct launch_ref {
     uint32_t pid, tid;
     uint64_t ts_ns;
     bool flow; /* the launch has a slice to start an arrow from */
-    const cJSON *nccl;
+    const struct np_rec_launch *launch;
 };
 
 /* ---- JSON output ----------------------------------------------------------- */
@@ -84,15 +94,11 @@ static void put_number(struct np_str *s, double v) {
         np_str_appendf(s, "%.17g", v);
 }
 
-static bool long_integer(const char *text) {
-    return text[0] == LONG_INT_MARK && text[1] &&
-           strspn(text + 1, "0123456789") == strlen(text + 1);
-}
-
 /* Any parsed value back as JSON, strings made valid UTF-8. */
 static void put_value(struct np_str *s, const cJSON *v) {
-    if (cJSON_IsString(v) && long_integer(v->valuestring)) {
-        np_str_append(s, v->valuestring + 1);
+    const char *digits;
+    if (np_json_long_integer(v, &digits)) {
+        np_str_append(s, digits);
     } else if (cJSON_IsString(v)) {
         np_json_string(s, v->valuestring);
     } else if (cJSON_IsNumber(v)) {
@@ -301,81 +307,81 @@ static int gpu_track(struct trace *t, uint32_t device, uint32_t context, uint32_
     return 0;
 }
 
-/* ---- members of the input lines --------------------------------------------- */
+/* ---- stacks ----------------------------------------------------------------------- */
 
-static uint64_t u64_or(const cJSON *o, const char *key, uint64_t dflt) {
-    uint64_t v;
-    return np_json_u64(o, key, &v) == 0 ? v : dflt;
+/* The frames of a stack as a JSON array, made the first time it is used:
+ * 0 (*out NULL when stacks.jsonl does not have it) or -ENOMEM. */
+static int stack_json(struct trace *t, uint64_t id, const char **out) {
+    size_t index;
+    const struct np_rec_stack *rs = np_recording_stack(&t->rec, id, &index);
+    *out = rs ? t->stack_json[index] : NULL;
+    if (!rs || *out)
+        return 0;
+    struct np_str s;
+    np_str_init(&s);
+    np_str_append(&s, "[");
+    for (uint32_t i = 0; i < rs->nframes; i++) {
+        np_str_append(&s, i ? "," : "");
+        np_json_string(&s, rs->frames[i]);
+    }
+    np_str_append(&s, "]");
+    if (s.failed) {
+        np_str_free(&s);
+        return -ENOMEM;
+    }
+    *out = t->stack_json[index] = s.buf;
+    return 0;
 }
 
-static const char *str_or(const cJSON *o, const char *key, const char *dflt) {
-    const char *v;
-    return np_json_str(o, key, &v) == 0 ? v : dflt;
-}
-
-/* ts_ns, pid and tid of a launch or NCCL line; false when one is missing. */
-static bool when_where(const cJSON *o, uint64_t *ts, uint32_t *pid, uint32_t *tid) {
-    uint64_t p, th;
-    if (np_json_u64(o, "ts_ns", ts) || np_json_u64(o, "pid", &p) || np_json_u64(o, "tid", &th) ||
-        p > UINT32_MAX || th > UINT32_MAX)
-        return false;
-    *pid = (uint32_t)p;
-    *tid = (uint32_t)th;
-    return true;
-}
-
-static void put_stack(struct trace *t, bool *first, const cJSON *o) {
-    uint64_t id;
-    if (np_json_u64(o, "stack_id", &id) != 0)
-        return;
-    const char *frames = np_map_get_u64(&t->stacks, id);
-    if (frames) {
+static int put_stack(struct trace *t, bool *first, uint64_t id) {
+    const char *frames;
+    int err = stack_json(t, id, &frames);
+    if (!err && frames) {
         put_key(&t->ev, first, "stack");
         np_str_append(&t->ev, frames);
     }
+    return err;
 }
 
 /* ---- GPU records --------------------------------------------------------------- */
 
-static const char *gpu_cat(const char *type) {
-    if (strcmp(type, "kernel") == 0)
-        return "gpu_kernel";
-    if (strcmp(type, "memcpy") == 0)
-        return "gpu_memcpy";
-    return strcmp(type, "memset") == 0 ? "gpu_memset" : "gpu";
+static const char *gpu_cat(enum np_rec_gpu_type type) {
+    static const char *const cats[] = {[NP_REC_GPU_KERNEL] = "gpu_kernel",
+                                       [NP_REC_GPU_MEMCPY] = "gpu_memcpy",
+                                       [NP_REC_GPU_MEMSET] = "gpu_memset",
+                                       [NP_REC_GPU_OTHER] = "gpu"};
+    return cats[type];
 }
 
 /* A kernel's name, "Memcpy HtoD", "Memset" (buf holds what is made up). */
-static const char *gpu_name(const cJSON *r, const char *type, char *buf, size_t size) {
-    if (strcmp(type, "kernel") == 0)
-        return str_or(r, "name", "kernel");
-    if (strcmp(type, "memcpy") == 0) {
-        snprintf(buf, size, "Memcpy %s", str_or(r, "copy_kind", "?"));
+static const char *gpu_name(const struct np_rec_gpu *g, char *buf, size_t size) {
+    switch (g->type) {
+    case NP_REC_GPU_KERNEL:
+        return g->name;
+    case NP_REC_GPU_MEMCPY:
+        snprintf(buf, size, "Memcpy %s", g->copy_kind ? g->copy_kind : "?");
         return buf;
+    case NP_REC_GPU_MEMSET:
+        return "Memset";
+    default:
+        return g->type_name;
     }
-    return strcmp(type, "memset") == 0 ? "Memset" : type;
 }
 
 /* The NCCL plan's op types and communicator, on a kernel of an NCCL launch. */
-static void put_nccl_summary(struct np_str *s, bool *first, const cJSON *nccl) {
-    const cJSON *ops = cJSON_GetObjectItemCaseSensitive(nccl, "ops");
+static void put_nccl_summary(struct np_str *s, bool *first, const struct np_rec_launch *l) {
     put_key(s, first, "nccl_ops");
     np_str_append(s, "[");
-    bool any = false;
-    for (const cJSON *op = cJSON_IsArray(ops) ? ops->child : NULL; op; op = op->next) {
-        const char *name = str_or(op, "op", NULL);
-        if (!name)
-            continue;
-        np_str_append(s, any ? "," : "");
-        np_json_string(s, name);
-        any = true;
+    for (uint32_t i = 0; i < l->nops; i++) {
+        np_str_append(s, i ? "," : "");
+        np_json_string(s, l->ops[i]);
     }
     np_str_append(s, "]");
-    const cJSON *hash = cJSON_GetObjectItemCaseSensitive(nccl, "comm_hash");
-    if (hash) {
-        put_key(s, first, "comm_hash");
-        put_value(s, hash);
-    }
+    put_key(s, first, NP_KEY_COMM_HASH);
+    if (l->comm_hash)
+        np_json_string(s, l->comm_hash);
+    else
+        np_str_append(s, "null"); /* the communicator could not be read */
 }
 
 static int flow(struct trace *t, const struct launch_ref *from, uint32_t pid, uint32_t tid,
@@ -398,38 +404,30 @@ static int flow(struct trace *t, const struct launch_ref *from, uint32_t pid, ui
 
 /* One kernel, memcpy or memset: a slice on its stream's track; from is the
  * launch that made it, NULL for gpu_unmatched.jsonl. */
-static int gpu_record(struct trace *t, const cJSON *r, const struct launch_ref *from) {
-    static const char *const skip[] = {"type",       "name",       "start_ns", "end_ns",
-                                       "launch_pid", "launch_tid", "nccl_ops", "comm_hash",
-                                       "unmatched",  NULL};
-    uint64_t start, end;
-    if (!cJSON_IsObject(r) || np_json_u64(r, "start_ns", &start) != 0) {
-        t->n.skipped_lines++;
-        return 0;
-    }
-    end = u64_or(r, "end_ns", start);
-    end = end < start ? start : end;
-    uint32_t device = (uint32_t)u64_or(r, "device", 0), tid;
-    int err = gpu_track(t, device, (uint32_t)u64_or(r, "context", 0),
-                        (uint32_t)u64_or(r, "stream", 0), start, end, &tid);
+static int gpu_record(struct trace *t, const struct np_rec_gpu *g, const struct launch_ref *from) {
+    static const char *const skip[] = {
+        NP_KEY_GPU_TYPE, NP_KEY_GPU_NAME, NP_KEY_START_NS,  NP_KEY_END_NS, "launch_pid",
+        "launch_tid",    "nccl_ops",      NP_KEY_COMM_HASH, "unmatched",   NULL};
+    uint32_t device = (uint32_t)g->device, tid;
+    int err = gpu_track(t, device, (uint32_t)g->context, (uint32_t)g->stream, g->start_ns,
+                        g->end_ns, &tid);
     if (err)
         return err;
-    const char *type = str_or(r, "type", "gpu");
     char buf[128];
     event_open(t, "X", GPU_PID_BASE + device, tid);
-    event_name(t, gpu_name(r, type, buf, sizeof(buf)), gpu_cat(type));
-    put_us(&t->ev, "ts", start);
-    put_us(&t->ev, "dur", end - start);
+    event_name(t, gpu_name(g, buf, sizeof(buf)), gpu_cat(g->type));
+    put_us(&t->ev, "ts", g->start_ns);
+    put_us(&t->ev, "dur", g->end_ns - g->start_ns);
     np_str_append(&t->ev, ",\"args\":{");
     bool first = true;
-    put_members(&t->ev, &first, r, skip);
+    put_members(&t->ev, &first, g->json, skip);
     if (from) {
         put_key(&t->ev, &first, "launch_pid");
         np_str_appendf(&t->ev, "%" PRIu32, from->pid);
         put_key(&t->ev, &first, "launch_tid");
         np_str_appendf(&t->ev, "%" PRIu32, from->tid);
-        if (from->nccl)
-            put_nccl_summary(&t->ev, &first, from->nccl);
+        if (from->launch->nccl)
+            put_nccl_summary(&t->ev, &first, from->launch);
     } else {
         put_key(&t->ev, &first, "unmatched");
         np_str_append(&t->ev, "true");
@@ -437,7 +435,7 @@ static int gpu_record(struct trace *t, const cJSON *r, const struct launch_ref *
     np_str_append(&t->ev, "}");
     err = event_close(t);
     if (!err && from && from->flow)
-        err = flow(t, from, GPU_PID_BASE + device, tid, start);
+        err = flow(t, from, GPU_PID_BASE + device, tid, g->start_ns);
     t->n.gpu_records += from != NULL;
     t->n.unmatched += from == NULL;
     return err;
@@ -445,246 +443,142 @@ static int gpu_record(struct trace *t, const cJSON *r, const struct launch_ref *
 
 /* ---- launches.jsonl, nccl.jsonl, gpu_unmatched.jsonl ---------------------------- */
 
-static int launch_line(struct trace *t, const cJSON *o) {
-    static const char *const skip[] = {"ts_ns", "pid",         "tid",   "comm",
-                                       "gpu",   "gpu_records", "stack", NULL};
-    struct launch_ref ref = {0};
-    if (!when_where(o, &ref.ts_ns, &ref.pid, &ref.tid)) {
-        t->n.skipped_lines++;
-        return 0;
-    }
-    bool nested = false;
-    np_json_bool(o, "nested", &nested);
-    struct cpu_thread *th = cpu_thread(t, ref.pid, ref.tid, str_or(o, "comm", NULL));
+static int launch_line(struct trace *t, const struct np_rec_launch *l) {
+    static const char *const skip[] = {NP_KEY_TS_NS, NP_KEY_PID,    NP_KEY_TID, NP_KEY_COMM,
+                                       NP_KEY_GPU,   "gpu_records", "stack",    NULL};
+    struct launch_ref ref = {
+        .pid = l->pid, .tid = l->tid, .ts_ns = l->ts_ns, .flow = !l->nested, .launch = l};
+    struct cpu_thread *th = cpu_thread(t, l->pid, l->tid, l->comm);
     if (!th)
         return -ENOMEM;
-    const cJSON *gpu = cJSON_GetObjectItemCaseSensitive(o, "gpu");
-    ref.flow = !nested;
-    ref.nccl = cJSON_GetObjectItemCaseSensitive(o, "nccl");
-    ref.nccl = cJSON_IsObject(ref.nccl) ? ref.nccl : NULL;
-
-    event_open(t, nested ? "i" : "X", ref.pid, ref.tid);
-    event_name(t, str_or(o, "api", str_or(o, "kernel", "launch")), "launch");
-    put_us(&t->ev, "ts", ref.ts_ns);
-    if (nested)
+    event_open(t, l->nested ? "i" : "X", l->pid, l->tid);
+    event_name(t, l->api ? l->api : l->kernel, "launch");
+    put_us(&t->ev, "ts", l->ts_ns);
+    if (l->nested)
         np_str_append(&t->ev, ",\"s\":\"t\"");
     else
-        put_us(&t->ev, "dur", cpu_slice_end(th, ref.ts_ns) - ref.ts_ns);
+        put_us(&t->ev, "dur", cpu_slice_end(th, l->ts_ns) - l->ts_ns);
     np_str_append(&t->ev, ",\"args\":{");
     bool first = true;
-    put_members(&t->ev, &first, o, skip);
+    put_members(&t->ev, &first, l->json, skip);
     put_key(&t->ev, &first, "gpu_records");
-    np_str_appendf(&t->ev, "%d", cJSON_IsArray(gpu) ? cJSON_GetArraySize(gpu) : 0);
-    put_stack(t, &first, o);
+    np_str_appendf(&t->ev, "%" PRIu32, l->ngpu);
+    int err = put_stack(t, &first, l->stack_id);
     np_str_append(&t->ev, "}");
-    int err = event_close(t);
-    t->n.launches += !nested;
-    t->n.nested += nested;
-    for (const cJSON *r = cJSON_IsArray(gpu) ? gpu->child : NULL; r && !err; r = r->next)
-        err = gpu_record(t, r, &ref);
+    err = err ? err : event_close(t);
+    t->n.launches += !l->nested;
+    t->n.nested += l->nested;
+    for (uint32_t i = 0; i < l->ngpu && !err; i++)
+        err = gpu_record(t, &l->gpu[i], &ref);
     return err;
 }
 
-static int nccl_line(struct trace *t, const cJSON *o) {
-    static const char *const skip[] = {"ts_ns", "pid", "tid", "thread", "stack", NULL};
-    uint64_t ts;
-    uint32_t pid, tid;
-    if (!when_where(o, &ts, &pid, &tid)) {
-        t->n.skipped_lines++;
-        return 0;
-    }
-    if (!cpu_thread(t, pid, tid, str_or(o, "thread", NULL)))
+static int nccl_line(struct trace *t, const struct np_rec_nccl_call *c) {
+    static const char *const skip[] = {NP_KEY_TS_NS,  NP_KEY_PID, NP_KEY_TID,
+                                       NP_KEY_THREAD, "stack",    NULL};
+    if (!cpu_thread(t, c->pid, c->tid, c->thread))
         return -ENOMEM;
     char name[128];
-    snprintf(name, sizeof(name), "nccl%s", str_or(o, "op", ""));
-    event_open(t, "i", pid, tid);
+    snprintf(name, sizeof(name), "nccl%s", c->op ? c->op : "");
+    event_open(t, "i", c->pid, c->tid);
     event_name(t, name, "nccl");
-    put_us(&t->ev, "ts", ts);
+    put_us(&t->ev, "ts", c->ts_ns);
     np_str_append(&t->ev, ",\"s\":\"t\",\"args\":{");
     bool first = true;
-    put_members(&t->ev, &first, o, skip);
-    put_stack(t, &first, o);
+    put_members(&t->ev, &first, c->json, skip);
+    int err = c->has_stack ? put_stack(t, &first, c->stack_id) : 0;
     np_str_append(&t->ev, "}");
     t->n.nccl_ops++;
-    return event_close(t);
-}
-
-static int unmatched_line(struct trace *t, const cJSON *o) {
-    return gpu_record(t, o, NULL);
+    return err ? err : event_close(t);
 }
 
 /* ---- reading ------------------------------------------------------------------ */
 
-/* One JSONL file read a line at a time, its current line held with a sort key. */
-struct source {
-    struct np_jsonl r;
-    cJSON *line;
-    uint64_t key;
-    uint64_t (*key_of)(const cJSON *o);
-    bool open;
-};
-
-static int source_open(struct source *s, const char *dir, const char *name,
-                       uint64_t (*key_of)(const cJSON *)) {
-    memset(s, 0, sizeof(*s));
-    s->key_of = key_of;
-    int err = np_jsonl_open(&s->r, dir, name);
-    if (err == -ENOENT)
-        return 0;
-    if (err) {
-        np_err("cannot open %s: %s", s->r.path ? s->r.path : name, strerror(-err));
-        return err;
-    }
-    s->open = true;
-    return 0;
-}
-
-/* Moves to the next line (s->line NULL at the end); malformed lines are
- * skipped (np_jsonl_next said where). */
-static int source_next(struct source *s, struct trace_counts *n) {
-    cJSON_Delete(s->line);
-    s->line = NULL;
-    while (s->open) {
-        int got = np_jsonl_next(&s->r, &s->line);
-        if (got == -EBADMSG) {
-            n->skipped_lines++;
-            continue;
-        }
-        if (got < 0)
-            return got;
-        if (got == 0)
-            break;
-        s->key = s->key_of ? s->key_of(s->line) : 0;
-        return 0;
-    }
-    return 0;
-}
-
-static void source_close(struct source *s) {
-    cJSON_Delete(s->line);
-    s->line = NULL;
-    np_jsonl_close(&s->r);
-}
-
-typedef int (*line_fn)(struct trace *t, const cJSON *o);
-
-/* Every line of DIR/name (absent: nothing) through fn. */
-static int each_line(struct trace *t, const char *name, line_fn fn) {
-    struct source s;
-    int err = source_open(&s, t->dir, name, NULL);
-    while (!err && !(err = source_next(&s, &t->n)) && s.line)
-        err = fn(t, s.line);
-    source_close(&s);
-    return err;
-}
-
 /* When a launch's GPU work starts (its launch time without records). */
-static uint64_t launch_key(const cJSON *o) {
-    uint64_t key = u64_or(o, "ts_ns", 0), start;
-    const cJSON *gpu = cJSON_GetObjectItemCaseSensitive(o, "gpu");
-    bool any = false;
-    for (const cJSON *r = cJSON_IsArray(gpu) ? gpu->child : NULL; r; r = r->next)
-        if (np_json_u64(r, "start_ns", &start) == 0 && (!any || start < key))
-            key = start, any = true;
+static uint64_t launch_key(const struct np_rec_launch *l) {
+    uint64_t key = l->ts_ns;
+    for (uint32_t i = 0; i < l->ngpu; i++)
+        if (i == 0 || l->gpu[i].start_ns < key)
+            key = l->gpu[i].start_ns;
     return key;
 }
 
-static uint64_t record_key(const cJSON *o) {
-    return u64_or(o, "start_ns", 0);
+/* Opens DIR/name for src (absent: no lines). */
+static int source_open(struct trace *t, struct source *src, const char *name, bool launches) {
+    src->launches = launches;
+    int err = np_rec_lines_open(&t->rec, name, &src->it);
+    return err == -ENOENT ? 0 : err;
+}
+
+/* Moves src to its next line (src->have false at the end). */
+static int source_next(struct source *src) {
+    int got = src->launches ? np_rec_next_launch(&src->it, &src->launch)
+                            : np_rec_next_gpu(&src->it, &src->gpu);
+    src->have = got > 0;
+    if (src->have)
+        src->key = src->launches ? launch_key(&src->launch) : src->gpu.start_ns;
+    return got < 0 ? got : 0;
 }
 
 /* launches.jsonl and gpu_unmatched.jsonl together, whichever line's GPU work
  * starts first next: both files are nearly in time order, so records of one
  * stream come nearly in order and share its first lane. */
 static int launches_and_unmatched(struct trace *t) {
-    struct source l, u;
-    int err = source_open(&l, t->dir, "launches.jsonl", launch_key);
-    int uerr = source_open(&u, t->dir, "gpu_unmatched.jsonl", record_key);
-    err = err ? err : uerr;
+    struct source *l = &t->launches, *u = &t->unmatched;
+    int err = source_open(t, u, NP_REC_GPU_UNMATCHED_JSONL, false);
     if (!err)
-        err = source_next(&l, &t->n);
+        err = source_next(l);
     if (!err)
-        err = source_next(&u, &t->n);
-    while (!err && (l.line || u.line)) {
-        bool launch = l.line && (!u.line || l.key <= u.key);
-        struct source *s = launch ? &l : &u;
-        err = launch ? launch_line(t, s->line) : unmatched_line(t, s->line);
+        err = source_next(u);
+    while (!err && (l->have || u->have)) {
+        bool launch = l->have && (!u->have || l->key <= u->key);
+        struct source *s = launch ? l : u;
+        err = launch ? launch_line(t, &l->launch) : gpu_record(t, &u->gpu, NULL);
         if (!err)
-            err = source_next(s, &t->n);
+            err = source_next(s);
     }
-    source_close(&l);
-    source_close(&u);
     return err;
 }
 
-/* ---- stacks.jsonl and process names ---------------------------------------------- */
-
-static int stack_line(struct trace *t, const cJSON *o) {
-    uint64_t id;
-    const cJSON *frames = cJSON_GetObjectItemCaseSensitive(o, "frames");
-    if (np_json_u64(o, "stack_id", &id) != 0 || !cJSON_IsArray(frames)) {
-        t->n.skipped_lines++;
-        return 0;
-    }
-    struct np_str s;
-    np_str_init(&s);
-    np_str_append(&s, "[");
-    for (const cJSON *f = frames->child; f; f = f->next) {
-        np_str_append(&s, f == frames->child ? "" : ",");
-        np_json_string(&s, cJSON_IsString(f) ? f->valuestring : "?");
-    }
-    np_str_append(&s, "]");
-    if (s.failed) {
-        np_str_free(&s);
-        return -ENOMEM;
-    }
-    free(np_map_get_u64(&t->stacks, id));
-    int err = np_map_put_u64(&t->stacks, id, s.buf);
-    if (err)
-        free(s.buf);
+static int nccl_calls(struct trace *t) {
+    struct np_rec_lines it;
+    struct np_rec_nccl_call c;
+    int err = np_rec_lines_open(&t->rec, NP_REC_NCCL_JSONL, &it);
+    if (err == -ENOENT)
+        err = 0;
+    while (!err && (err = np_rec_next_nccl_call(&it, &c)) > 0)
+        err = nccl_line(t, &c);
+    np_rec_lines_close(&it);
     return err;
 }
 
-static int add_proc_name(struct trace *t, const cJSON *proc) {
-    uint64_t pid;
-    const char *comm;
-    if (np_json_u64(proc, "pid", &pid) != 0 || pid > UINT32_MAX ||
-        np_json_str(proc, "comm", &comm) != 0 || !*comm || np_map_get_u64(&t->proc_names, pid))
+/* ---- stacks and process names ---------------------------------------------- */
+
+static int add_proc_name(struct trace *t, const struct np_rec_process *p) {
+    if (!p->pid || p->pid > UINT32_MAX || !p->comm || !*p->comm ||
+        np_map_get_u64(&t->proc_names, p->pid))
         return 0;
-    char *copy = strdup(comm);
-    if (!copy || np_map_put_u64(&t->proc_names, pid, copy) != 0) {
-        free(copy);
-        return -ENOMEM;
-    }
-    return 0;
+    return np_map_put_u64(&t->proc_names, p->pid, (void *)p->comm);
 }
 
-/* summary.json's targets[] (record) or window.json's process (daemon). */
+/* summary.json's targets[] (record) and window.json's process (daemon). */
 static int load_proc_names(struct trace *t) {
-    static const char *const files[] = {"summary.json", "window.json"};
-    for (size_t i = 0; i < NP_ARRAY_SIZE(files); i++) {
-        char *path = NULL, *text = NULL;
-        size_t len;
-        if (asprintf(&path, "%s/%s", t->dir, files[i]) < 0)
-            return -ENOMEM;
-        int err = np_read_file(path, &text, &len);
-        free(path);
-        if (err)
-            continue;
-        cJSON *root = cJSON_Parse(text);
-        free(text);
-        const cJSON *targets = cJSON_GetObjectItemCaseSensitive(root, "targets");
-        for (const cJSON *p = cJSON_IsArray(targets) ? targets->child : NULL; p && !err;
-             p = p->next)
-            err = add_proc_name(t, p);
-        const cJSON *proc = cJSON_GetObjectItemCaseSensitive(root, "process");
-        if (!err && cJSON_IsObject(proc))
-            err = add_proc_name(t, proc);
-        cJSON_Delete(root);
-        if (err)
-            return err;
-    }
-    return 0;
+    struct np_rec_meta m;
+    int err = np_recording_meta(&t->rec, &m);
+    for (size_t i = 0; !err && i < m.ntargets; i++)
+        err = add_proc_name(t, &m.targets[i]);
+    if (!err)
+        err = add_proc_name(t, &m.process);
+    np_rec_meta_free(&m);
+    return err;
+}
+
+static int load_stacks(struct trace *t) {
+    int err = np_recording_stacks(&t->rec);
+    if (err && err != -ENOENT)
+        return err;
+    t->stack_json = calloc(t->rec.nstacks + 1, sizeof(*t->stack_json));
+    return t->stack_json ? 0 : -ENOMEM;
 }
 
 /* ---- the file ----------------------------------------------------------------------- */
@@ -693,15 +587,15 @@ static void write_footer(struct trace *t) {
     const struct trace_counts *n = &t->n;
     fprintf(t->f,
             "\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":{\"generator\":\"ncclprobe\","
-            "\"ts\":\"CLOCK_MONOTONIC microseconds, the clock of ts_ns in launches.jsonl\","
-            "\"cpu_launch_slice_ns\":%u,"
+            "\"ts\":\"CLOCK_MONOTONIC microseconds, the clock of ts_ns in " NP_REC_LAUNCHES_JSONL
+            "\",\"cpu_launch_slice_ns\":%u,"
             "\"cpu_launch_slice\":\"nominal: the probes see the entry of a call only\","
             "\"launches\":%" PRIu64 ",\"nested_launches\":%" PRIu64 ",\"nccl_ops\":%" PRIu64
             ",\"gpu_records\":%" PRIu64 ",\"gpu_unmatched\":%" PRIu64 ",\"flows\":%" PRIu64
             ",\"gpu_extra_lanes\":%" PRIu64 ",\"gpu_overlapping_records\":%" PRIu64
             ",\"skipped_lines\":%" PRIu64 "}}\n",
             CPU_SLICE_NS, n->launches, n->nested, n->nccl_ops, n->gpu_records, n->unmatched,
-            n->flows, n->lanes, n->gpu_overlaps, n->skipped_lines);
+            n->flows, n->lanes, n->gpu_overlaps, t->rec.malformed);
 }
 
 static int write_events(struct trace *t) {
@@ -709,7 +603,7 @@ static int write_events(struct trace *t) {
     t->first_event = true;
     int err = launches_and_unmatched(t);
     if (!err)
-        err = each_line(t, "nccl.jsonl", nccl_line);
+        err = nccl_calls(t);
     if (!err)
         write_footer(t);
     return err;
@@ -724,80 +618,84 @@ static int fill_trace(FILE *f, void *ctx) {
     return err;
 }
 
-static int write_file(struct trace *t, const char *path) {
-    int err = np_write_atomic(path, fill_trace, t);
-    if (err)
-        np_err("cannot write %s: %s", path, strerror(-err));
-    return err;
-}
-
 static void warn_counts(const struct trace *t) {
-    if (t->n.skipped_lines)
-        np_warn("%s/trace.json: %" PRIu64 " malformed input lines or records skipped", t->dir,
-                t->n.skipped_lines);
+    if (t->rec.malformed)
+        np_warn("%s/" NP_REC_TRACE_JSON ": %" PRIu64 " malformed input lines skipped", t->dir,
+                t->rec.malformed);
     if (t->n.gpu_overlaps)
-        np_warn("%s/trace.json: %" PRIu64 " GPU records overlap others on their stream track "
-                "(more than %u at once): Perfetto may not show them",
+        np_warn("%s/" NP_REC_TRACE_JSON ": %" PRIu64 " GPU records overlap others on their "
+                "stream track (more than %u at once): Perfetto may not show them",
                 t->dir, t->n.gpu_overlaps, MAX_LANES);
 }
 
-/* 0 when dir has launches.jsonl; 1 for an aggregate set (skipped). */
-static int check_dir(const char *dir) {
-    char path[4200];
-    snprintf(path, sizeof(path), "%s/launches.jsonl", dir);
-    if (access(path, R_OK) == 0)
-        return 0;
-    int err = -errno;
-    snprintf(path, sizeof(path), "%s/launches.folded", dir);
-    if (err == -ENOENT && access(path, F_OK) == 0) {
+/* Opens launches.jsonl: 0; 1 for an aggregate set (skipped); -errno (said). */
+static int open_launches(struct trace *t) {
+    t->launches.launches = true;
+    int err = np_rec_lines_open(&t->rec, NP_REC_LAUNCHES_JSONL, &t->launches.it);
+    if (err != -ENOENT)
+        return err;
+    if (np_recording_has(&t->rec, NP_REC_LAUNCHES_FOLDED)) {
         /* every daemon aggregate set: expected, not worth a warning */
-        np_debug("%s: no launches.jsonl (an aggregate set has no times): trace.json not written",
-                 dir);
+        np_debug("%s: no " NP_REC_LAUNCHES_JSONL
+                 " (an aggregate set has no times): " NP_REC_TRACE_JSON " not written",
+                 t->dir);
         return 1;
     }
-    np_err("cannot read %s/launches.jsonl: %s", dir, strerror(-err));
+    np_err("cannot read %s: %s", np_rec_lines_path(&t->launches.it), strerror(-err));
     return err;
 }
 
+static int trace_init(struct trace *t, const char *dir) {
+    memset(t, 0, sizeof(*t));
+    t->dir = dir;
+    np_str_init(&t->ev);
+    np_map_init(&t->proc_names);
+    np_map_init(&t->procs);
+    np_map_init(&t->threads);
+    np_map_init(&t->devices);
+    np_map_init(&t->streams);
+    return np_recording_open(&t->rec, dir, NP_REC_LENIENT);
+}
+
 static void trace_free(struct trace *t) {
+    for (size_t i = 0; t->stack_json && i < t->rec.nstacks; i++)
+        free(t->stack_json[i]);
+    free(t->stack_json);
+    np_rec_lines_close(&t->launches.it);
+    np_rec_lines_close(&t->unmatched.it);
     np_str_free(&t->ev);
-    np_map_free(&t->stacks, free);
-    np_map_free(&t->proc_names, free);
+    np_map_free(&t->proc_names, NULL);
     np_map_free(&t->procs, NULL);
     np_map_free(&t->threads, free);
     np_map_free(&t->devices, NULL);
     np_map_free(&t->streams, free);
+    np_recording_close(&t->rec);
+}
+
+static int write_trace(struct trace *t) {
+    char *path = np_rec_path(t->dir, NP_REC_TRACE_JSON);
+    int err = path ? load_proc_names(t) : -ENOMEM;
+    if (!err)
+        err = load_stacks(t);
+    if (!err && (err = np_write_atomic(path, fill_trace, t)) < 0 && err != -ENOMEM)
+        np_err("cannot write %s: %s", path, strerror(-err));
+    if (!err)
+        warn_counts(t);
+    else if (err == -ENOMEM)
+        np_err("%s: out of memory", path ? path : t->dir);
+    free(path);
+    return err;
 }
 
 int np_write_trace_json(const char *dir) {
-    int err = check_dir(dir);
-    if (err)
-        return err > 0 ? 0 : err;
     struct trace t;
-    memset(&t, 0, sizeof(t));
-    t.dir = dir;
-    np_str_init(&t.ev);
-    np_map_init(&t.stacks);
-    np_map_init(&t.proc_names);
-    np_map_init(&t.procs);
-    np_map_init(&t.threads);
-    np_map_init(&t.devices);
-    np_map_init(&t.streams);
-    char *path = NULL;
-    if (asprintf(&path, "%s/trace.json", dir) < 0)
-        path = NULL;
-    err = path ? 0 : -ENOMEM;
+    int err = trace_init(&t, dir);
     if (!err)
-        err = load_proc_names(&t);
+        err = open_launches(&t);
     if (!err)
-        err = each_line(&t, "stacks.jsonl", stack_line);
-    if (!err)
-        err = write_file(&t, path);
-    if (!err)
-        warn_counts(&t);
+        err = write_trace(&t);
     else if (err == -ENOMEM)
-        np_err("%s: out of memory", path ? path : dir);
-    free(path);
+        np_err("%s: out of memory", dir);
     trace_free(&t);
-    return err;
+    return err > 0 ? 0 : err;
 }

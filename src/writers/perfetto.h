@@ -29,9 +29,10 @@
 /* Writes DIR/trace.json (through DIR/trace.json.tmp, renamed when complete)
  * from DIR/launches.jsonl and, when present, stacks.jsonl, nccl.jsonl,
  * gpu_unmatched.jsonl and summary.json or window.json (process names).
- * Malformed lines are skipped and counted (warned). Returns 0, or -errno
+ * Malformed lines are skipped (the first few said, src/recording/) and
+ * counted (a warning, and "skipped_lines" in the file). Returns 0, or -errno
  * (said). A directory with launches.folded but no launches.jsonl (a daemon
- * aggregate set: nothing in it has a time) is skipped with a warning: 0. */
+ * aggregate set: nothing in it has a time) is skipped (a debug message): 0. */
 int np_write_trace_json(const char *dir);
 
 #endif

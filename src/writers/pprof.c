@@ -1,10 +1,11 @@
-/* pprof.c - writes profile.pb.gz (pprof.h). The recording's files are read
- * into deduplicated tables (strings, functions, mappings, locations,
- * samples, each with a hash index, so memory grows with distinct stacks and
- * labels, not with launches); the tables then fill protobuf-c's generated
- * structs (profile.pb-c.h, from src/writers/profile.proto), which are packed
- * straight into a gzip stream. Every string goes through np_utf8_clean():
- * protobuf strings must be valid UTF-8 for Go's decoder. */
+/* pprof.c - writes profile.pb.gz (pprof.h). The recording is read through
+ * src/recording/ (leniently) into deduplicated tables (strings, functions,
+ * mappings, locations, samples, each with a hash index, so memory grows
+ * with distinct stacks and labels, not with launches); the tables then fill
+ * protobuf-c's generated structs (profile.pb-c.h, from
+ * src/writers/profile.proto), which are packed straight into a gzip stream.
+ * Every string goes through np_utf8_clean(): protobuf strings must be valid
+ * UTF-8 for Go's decoder. */
 #define _GNU_SOURCE
 #include "writers/pprof.h"
 
@@ -16,16 +17,17 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <cjson/cJSON.h>
 #include <zlib.h>
 
 #include "lib/hashmap.h"
+#include "lib/json.h"
 #include "lib/strtab.h"
 #include "lib/util.h"
+#include "ncclprobe/recording.h"
 #include "profile.pb-c.h"
-#include "report/frames.h"
-#include "report/jsonl.h"
-#include "writers/json.h"
+#include "recording/folded.h"
+#include "recording/frames.h"
+#include "recording/recording.h"
 
 typedef Perftools__Profiles__Function pp_function;
 typedef Perftools__Profiles__Mapping pp_mapping;
@@ -35,11 +37,7 @@ typedef Perftools__Profiles__Sample pp_sample;
 typedef Perftools__Profiles__Label pp_label;
 typedef Perftools__Profiles__ValueType pp_value_type;
 
-#define NCCL_PREFIX "[NCCL]"
-#define INLINED_SUFFIX " [inlined]"
-#define NO_LAUNCH_STACK "[no launch stack]"
 #define MAX_LABELS 6
-#define MAX_SAID 5 /* malformed lines said one by one; the rest only counted */
 
 /* A sample's labels: numbers < 0 and string ids 0 are absent. */
 struct labels {
@@ -72,9 +70,10 @@ struct frame {
 
 struct builder {
     const char *dir;
+    struct np_recording rec;
     struct np_strtab strings;
     struct np_map fn_index, map_index, loc_index, sample_index;
-    struct np_map stacks; /* stack_id -> struct stack */
+    struct stack *stacks; /* rec.stacks, resolved */
     pp_function *fns;
     size_t nfns, fns_cap;
     pp_mapping *maps;
@@ -90,7 +89,7 @@ struct builder {
     uint64_t first_ts, last_ts; /* data times (CLOCK_MONOTONIC) */
     int64_t start_unix_ns, meta_duration_ns;
     const char *source;
-    size_t skipped, unknown_stacks;
+    uint64_t skipped, unknown_stacks;
 };
 
 /* ---- tables ------------------------------------------------------------- */
@@ -238,59 +237,43 @@ static int64_t location_id(struct builder *b, const struct frame *group, size_t 
 /* ---- frames --------------------------------------------------------------- */
 
 /* The frame's function: its name and file, and its line. */
-static int64_t frame_function(struct builder *b, const char *text, const cJSON *loc,
-                              struct frame *f) {
-    size_t len = strlen(text), suffix = strlen(INLINED_SUFFIX);
-    f->inlined = len > suffix && strcmp(text + len - suffix, INLINED_SUFFIX) == 0;
+static int64_t frame_function(struct builder *b, const char *text,
+                              const struct np_rec_location *loc, struct frame *f) {
+    size_t len = strlen(text);
+    f->inlined = np_frame_inlined(text, len);
     if (f->inlined)
-        len -= suffix;
-    const char *file = NULL, *loc_file = NULL;
+        len -= strlen(NP_FRAME_INLINED_SUFFIX);
+    const char *file = NULL;
     size_t file_len = 0;
-    uint64_t loc_line = 0;
-    bool native = loc && cJSON_GetObjectItemCaseSensitive(loc, "module");
-    if (!f->inlined && !native) /* a Python frame: len becomes its qualname's */
+    if (!f->inlined && !(loc && loc->module)) /* a Python frame: len becomes its qualname's */
         np_frame_python(text, len, &len, &file, &file_len, &f->line);
-    if (loc && np_json_str(loc, "file", &loc_file) == 0) {
-        file = loc_file;
-        file_len = strlen(loc_file);
+    if (loc && loc->file) {
+        file = loc->file;
+        file_len = strlen(loc->file);
     }
-    if (loc && np_json_u64(loc, "line", &loc_line) == 0 && loc_line <= INT64_MAX)
-        f->line = (int64_t)loc_line;
+    if (loc && loc->line && loc->line <= INT64_MAX)
+        f->line = (int64_t)loc->line;
     int64_t name = str_id_n(b, text, len), fname = str_id_n(b, file, file_len);
     if (name < 0 || fname < 0)
         return -ENOMEM;
     return function_id(b, name, fname);
 }
 
-static int parse_frame(struct builder *b, const char *text, const cJSON *loc, struct frame *f) {
+static int parse_frame(struct builder *b, const char *text, const struct np_rec_location *loc,
+                       struct frame *f) {
     memset(f, 0, sizeof(*f));
     int64_t fn = frame_function(b, text, loc, f);
     if (fn < 0)
         return (int)fn;
     f->function = (uint64_t)fn;
-    const char *module, *build_id = NULL, *offset;
-    if (!loc || np_json_str(loc, "module", &module) != 0 || !*module)
+    if (!loc || !loc->module || !*loc->module)
         return 0;
-    if (np_json_str(loc, "build_id", &build_id) != 0)
-        build_id = NULL;
-    int64_t m = mapping_id(b, module, build_id);
+    int64_t m = mapping_id(b, loc->module, loc->build_id);
     if (m < 0)
         return (int)m;
     f->mapping = (uint64_t)m;
-    if (np_json_str(loc, "offset", &offset) == 0)
-        f->address = strtoull(offset, NULL, 16);
+    f->address = loc->offset;
     return 0;
-}
-
-/* The "locations" entries of a stacks.jsonl object, one per frame, or all
- * NULL when it has none (or not as many as frames). */
-static void frame_locations(const cJSON *locations, const cJSON **out, size_t n) {
-    memset(out, 0, n * sizeof(*out));
-    if (!cJSON_IsArray(locations) || (size_t)cJSON_GetArraySize(locations) != n)
-        return;
-    size_t i = 0;
-    for (const cJSON *l = locations->child; l && i < n; l = l->next, i++)
-        out[i] = cJSON_IsObject(l) ? l : NULL;
 }
 
 static void reverse(uint64_t *a, size_t n) {
@@ -301,15 +284,21 @@ static void reverse(uint64_t *a, size_t n) {
     }
 }
 
-/* Frames (root first) into locations (leaf first), each frame grouped with
- * the frames inlined into it. */
-static int resolve_frames(struct builder *b, const char *const *frames, const cJSON **locs,
-                          size_t n, struct stack *s) {
+/* The op types of the stack's last [NCCL] frame (string id), 0 when none. */
+static int64_t stack_nccl_op(struct builder *b, const char *const *frames, size_t n) {
+    const char *frame = np_frames_last_nccl(frames, n);
+    return frame ? str_id(b, np_frame_nccl_ops(frame)) : 0;
+}
+
+/* Frames (root first; locs: one per frame, or NULL) into locations (leaf
+ * first), each frame grouped with the frames inlined into it. */
+static int resolve_frames(struct builder *b, const char *const *frames,
+                          const struct np_rec_location *locs, size_t n, struct stack *s) {
     struct frame *f = calloc(n ? n : 1, sizeof(*f));
     s->locs = calloc(n ? n : 1, sizeof(*s->locs));
     int err = f && s->locs ? 0 : -ENOMEM;
     for (size_t i = 0; i < n && !err; i++)
-        err = parse_frame(b, frames[i], locs ? locs[i] : NULL, &f[i]);
+        err = parse_frame(b, frames[i], locs ? &locs[i] : NULL, &f[i]);
     for (size_t i = 0; i < n && !err;) {
         size_t j = i + 1;
         while (j < n && f[j].inlined)
@@ -321,11 +310,9 @@ static int resolve_frames(struct builder *b, const char *const *frames, const cJ
             s->locs[s->nlocs++] = (uint64_t)id;
         i = j;
     }
-    for (size_t i = n; i-- > 0 && !err && !s->nccl_op;)
-        if (strncmp(frames[i], NCCL_PREFIX, strlen(NCCL_PREFIX)) == 0) {
-            s->nccl_op = str_id(b, frames[i] + strlen(NCCL_PREFIX));
-            err = s->nccl_op < 0 ? (int)s->nccl_op : 0;
-        }
+    if (!err)
+        s->nccl_op = stack_nccl_op(b, frames, n);
+    err = err ? err : s->nccl_op < 0 ? (int)s->nccl_op : 0;
     free(f);
     reverse(s->locs, s->nlocs);
     return err;
@@ -395,226 +382,150 @@ static int add_leaf_sample(struct builder *b, const char *leaf, const struct sta
     return loc < 0 ? (int)loc : add_sample(b, loc, s, l, count, gpu_ns);
 }
 
-/* ---- JSON Lines input ------------------------------------------------------ */
+/* ---- launches.jsonl, stacks.jsonl, gpu_unmatched.jsonl ------------------------- */
 
-typedef int (*line_fn)(struct builder *b, const struct np_jsonl *r, const cJSON *o);
-
-/* Calls fn on each object of DIR/NAME; malformed lines are counted and
- * skipped. 0, -ENOENT when the file is not there (nothing said), -errno. */
-static int each_line(struct builder *b, const char *name, line_fn fn) {
-    struct np_jsonl r;
-    int err = np_jsonl_open(&r, b->dir, name);
-    cJSON *o;
-    while (!err && (err = np_jsonl_next(&r, &o)) != 0) {
-        if (err > 0) {
-            err = fn(b, &r, o);
-            cJSON_Delete(o);
-        }
-        if (err == -EBADMSG) {
-            b->skipped++;
-            err = 0;
-        }
+/* Every stack of stacks.jsonl, in file order (so ids come as they always did). */
+static int resolve_stacks(struct builder *b) {
+    const struct np_recording *rec = &b->rec;
+    b->stacks = calloc(rec->nstacks + 1, sizeof(*b->stacks));
+    int err = b->stacks ? 0 : -ENOMEM;
+    for (size_t i = 0; i < rec->nstacks && !err; i++) {
+        const struct np_rec_stack *rs = &rec->stacks[i];
+        err = resolve_frames(b, rs->frames, rs->locations, rs->nframes, &b->stacks[i]);
     }
-    np_jsonl_close(&r);
     return err;
 }
 
-static int read_stack(struct builder *b, const struct np_jsonl *r, const cJSON *o) {
-    uint64_t id;
-    if (np_json_u64(o, "stack_id", &id) != 0)
-        return np_jsonl_error(r, "\"stack_id\" is missing or not an integer");
-    const cJSON *frames = cJSON_GetObjectItemCaseSensitive(o, "frames");
-    if (!cJSON_IsArray(frames))
-        return np_jsonl_error(r, "\"frames\" is missing or not an array");
-    if (np_map_get_u64(&b->stacks, id))
-        return np_jsonl_error(r, "stack_id %" PRIu64 " appears a second time", id);
-    size_t n = (size_t)cJSON_GetArraySize(frames), i = 0;
-    const char **names = calloc(n ? n : 1, sizeof(*names));
-    const cJSON **locs = calloc(n ? n : 1, sizeof(*locs));
-    struct stack *s = calloc(1, sizeof(*s));
-    int err = names && locs && s ? 0 : -ENOMEM;
-    for (const cJSON *f = frames->child; f && !err; f = f->next, i++)
-        names[i] = cJSON_IsString(f) ? f->valuestring : "[not a string]";
-    if (!err) {
-        frame_locations(cJSON_GetObjectItemCaseSensitive(o, "locations"), locs, n);
-        err = resolve_frames(b, names, locs, n, s);
-    }
-    if (!err)
-        err = np_map_put_u64(&b->stacks, id, s);
-    if (err && s)
-        free(s->locs);
-    if (err)
-        free(s);
-    free(names);
-    free(locs);
-    return err;
-}
-
-/* The op types of a launch's "nccl" plan, different ones joined with '+'
- * (as the [NCCL] frame names them): a string id, 0 when none. */
-static int64_t plan_ops(struct builder *b, const cJSON *nccl) {
-    const cJSON *ops = cJSON_GetObjectItemCaseSensitive(nccl, "ops");
+/* The op types of a launch's NCCL plan, different ones joined with '+' (as
+ * the [NCCL] frame names them): a string id, 0 when none. */
+static int64_t plan_ops(struct builder *b, const struct np_rec_launch *l) {
     struct np_str *t = &b->text;
     np_str_reset(t);
-    for (const cJSON *op = cJSON_IsArray(ops) ? ops->child : NULL; op; op = op->next) {
-        const char *name;
-        if (np_json_str(op, "op", &name) != 0 || !*name)
-            continue;
-        bool seen = false;
-        for (const cJSON *p = ops->child; p != op && !seen; p = p->next) {
-            const char *prev;
-            seen = np_json_str(p, "op", &prev) == 0 && strcmp(prev, name) == 0;
-        }
+    for (uint32_t i = 0; i < l->nops; i++) {
+        bool seen = !*l->ops[i];
+        for (uint32_t j = 0; j < i && !seen; j++)
+            seen = strcmp(l->ops[j], l->ops[i]) == 0;
         if (!seen)
-            np_str_appendf(t, "%s%s", t->len ? "+" : "", name);
+            np_str_appendf(t, "%s%s", t->len ? "+" : "", l->ops[i]);
     }
     return t->failed ? -ENOMEM : str_id(b, np_str_cstr(t));
 }
 
-static int launch_labels(struct builder *b, const cJSON *o, const struct stack *s,
-                         struct labels *l) {
-    uint64_t v;
-    const char *text = NULL;
-    *l = (struct labels){.pid = -1, .tid = -1};
-    if (np_json_u64(o, "pid", &v) == 0 && v <= INT64_MAX)
-        l->pid = (int64_t)v;
-    if (np_json_u64(o, "tid", &v) == 0 && v <= INT64_MAX)
-        l->tid = (int64_t)v;
-    l->comm = np_json_str(o, "comm", &text) == 0 ? str_id(b, text) : 0;
-    l->kernel = np_json_str(o, "kernel", &text) == 0 ? str_id(b, text) : 0;
-    l->nccl_op = s->nccl_op;
-    const cJSON *nccl = cJSON_GetObjectItemCaseSensitive(o, "nccl");
-    if (cJSON_IsObject(nccl)) {
-        if (!l->nccl_op)
-            l->nccl_op = plan_ops(b, nccl);
-        l->comm_hash = np_json_str(nccl, "comm_hash", &text) == 0 ? str_id(b, text) : 0;
-    }
-    return l->comm < 0 || l->kernel < 0 || l->nccl_op < 0 || l->comm_hash < 0 ? -ENOMEM : 0;
+static int launch_labels(struct builder *b, const struct np_rec_launch *l, const struct stack *s,
+                         struct labels *out) {
+    *out = (struct labels){.pid = l->pid, .tid = l->tid, .nccl_op = s->nccl_op};
+    out->comm = l->comm ? str_id(b, l->comm) : 0;
+    out->kernel = str_id(b, l->kernel);
+    if (l->nccl && !out->nccl_op)
+        out->nccl_op = plan_ops(b, l);
+    if (l->comm_hash)
+        out->comm_hash = str_id(b, l->comm_hash);
+    return out->comm < 0 || out->kernel < 0 || out->nccl_op < 0 || out->comm_hash < 0 ? -ENOMEM : 0;
 }
 
 /* A GPU record's leaf (into b->text) and its duration. */
-static int gpu_record(struct builder *b, const struct np_jsonl *r, const cJSON *g, int64_t *ns) {
-    const char *type, *name = "", *kind = "";
-    uint64_t start, end = 0;
-    if (!cJSON_IsObject(g) || np_json_str(g, "type", &type) != 0 ||
-        np_json_u64(g, "start_ns", &start) != 0)
-        return np_jsonl_error(r, "a GPU record without \"type\" or \"start_ns\"");
-    if (np_json_u64(g, "end_ns", &end) != 0 || end < start)
-        end = start;
-    *ns = (int64_t)(end - start);
+static int gpu_record(struct builder *b, const struct np_rec_gpu *g, int64_t *ns) {
+    *ns = (int64_t)(g->end_ns - g->start_ns);
     b->have_gpu = true;
-    if (end > b->last_ts)
-        b->last_ts = end;
+    if (g->end_ns > b->last_ts)
+        b->last_ts = g->end_ns;
     np_str_reset(&b->text);
-    if (strcmp(type, "kernel") == 0) {
-        np_json_str(g, "name", &name);
-        np_str_appendf(&b->text, "[GPU_Kernel]%s", name);
-    } else if (strcmp(type, "memcpy") == 0) {
-        np_json_str(g, "copy_kind", &kind);
-        np_str_appendf(&b->text, "[GPU_Memcpy]%s", kind);
-    } else if (strcmp(type, "memset") == 0) {
-        np_str_append(&b->text, "[GPU_Memset]");
-    } else {
-        np_str_appendf(&b->text, "[GPU_%s]", type);
-    }
+    np_rec_gpu_leaf(&b->text, g);
     return b->text.failed ? -ENOMEM : 0;
 }
 
-static int cpu_leaf(struct builder *b, const cJSON *o, const struct stack *s,
-                    const struct labels *l, int64_t count) {
-    const char *kernel = "[unknown]";
-    np_json_str(o, "kernel", &kernel);
+static int cpu_leaf(struct builder *b, const struct np_rec_launch *l, const struct stack *s,
+                    const struct labels *labels, int64_t count) {
     np_str_reset(&b->text);
-    np_str_appendf(&b->text, "[GPU_Kernel]%s", kernel);
+    np_str_appendf(&b->text, NP_LEAF_KERNEL "%s", l->kernel);
     if (b->text.failed)
         return -ENOMEM;
-    return add_leaf_sample(b, np_str_cstr(&b->text), s, l, count, 0);
+    return add_leaf_sample(b, np_str_cstr(&b->text), s, labels, count, 0);
 }
 
 /* The launch's samples: under its one GPU record, or counted under the CPU
  * side's kernel with each record's time under the record. */
-static int launch_samples(struct builder *b, const struct np_jsonl *r, const cJSON *o,
-                          const struct stack *s, const struct labels *l) {
-    const char *status = "";
-    np_json_str(o, "gpu_status", &status);
-    if (strcmp(status, "pending") == 0)
-        return add_leaf_sample(b, "[GPU_Launch_Pending]", s, l, 1, 0);
-    const cJSON *gpu = cJSON_GetObjectItemCaseSensitive(o, "gpu");
-    int n = cJSON_IsArray(gpu) ? cJSON_GetArraySize(gpu) : 0, err = 0;
-    if (n != 1)
-        err = cpu_leaf(b, o, s, l, 1);
-    for (const cJSON *g = n ? gpu->child : NULL; g && !err; g = g->next) {
+static int launch_samples(struct builder *b, const struct np_rec_launch *l, const struct stack *s,
+                          const struct labels *labels) {
+    if (l->gpu_status && strcmp(l->gpu_status, NP_GPU_STATUS_PENDING) == 0)
+        return add_leaf_sample(b, NP_LEAF_PENDING, s, labels, 1, 0);
+    int err = l->ngpu != 1 ? cpu_leaf(b, l, s, labels, 1) : 0;
+    for (uint32_t i = 0; i < l->ngpu && !err; i++) {
         int64_t ns;
-        err = gpu_record(b, r, g, &ns);
+        err = gpu_record(b, &l->gpu[i], &ns);
         if (!err)
-            err = add_leaf_sample(b, np_str_cstr(&b->text), s, l, n == 1, ns);
+            err = add_leaf_sample(b, np_str_cstr(&b->text), s, labels, l->ngpu == 1, ns);
     }
     return err;
 }
 
-static int read_launch(struct builder *b, const struct np_jsonl *r, const cJSON *o) {
-    bool nested = false;
-    uint64_t id, ts;
-    if (np_json_bool(o, "nested", &nested) == 0 && nested)
+static int read_launch(struct builder *b, const struct np_rec_launch *l) {
+    if (l->nested)
         return 0; /* part of the launch around it */
-    if (np_json_u64(o, "stack_id", &id) != 0)
-        return np_jsonl_error(r, "\"stack_id\" is missing or not an integer");
+    size_t index;
     struct stack empty = {0};
-    const struct stack *s = np_map_get_u64(&b->stacks, id);
-    if (!s) {
+    const struct stack *s = &empty;
+    if (np_recording_stack(&b->rec, l->stack_id, &index))
+        s = &b->stacks[index];
+    else
         b->unknown_stacks++;
-        s = &empty;
-    }
-    if (np_json_u64(o, "ts_ns", &ts) == 0) {
-        if (ts < b->first_ts)
-            b->first_ts = ts;
-        if (ts > b->last_ts)
-            b->last_ts = ts;
-    }
-    struct labels l;
-    int err = launch_labels(b, o, s, &l);
-    return err ? err : launch_samples(b, r, o, s, &l);
+    if (l->ts_ns < b->first_ts)
+        b->first_ts = l->ts_ns;
+    if (l->ts_ns > b->last_ts)
+        b->last_ts = l->ts_ns;
+    struct labels labels;
+    int err = launch_labels(b, l, s, &labels);
+    return err ? err : launch_samples(b, l, s, &labels);
+}
+
+static int read_launches(struct builder *b) {
+    struct np_rec_lines it;
+    struct np_rec_launch l;
+    int err = np_rec_lines_open(&b->rec, NP_REC_LAUNCHES_JSONL, &it);
+    while (!err && (err = np_rec_next_launch(&it, &l)) > 0)
+        err = read_launch(b, &l);
+    np_rec_lines_close(&it);
+    return err;
 }
 
 /* gpu_unmatched.jsonl: GPU time under "[no launch stack]", no launch counted. */
-static int read_unmatched(struct builder *b, const struct np_jsonl *r, const cJSON *o) {
-    struct stack *s = &b->no_launch_stack;
-    if (!s->locs) {
-        const char *frame = NO_LAUNCH_STACK;
-        int err = resolve_frames(b, &frame, NULL, 1, s);
-        if (err)
-            return err;
-    }
+static int read_unmatched(struct builder *b) {
+    static const char *const root[] = {NP_FRAME_NO_LAUNCH_STACK};
     const struct labels none = {.pid = -1, .tid = -1};
-    int64_t ns;
-    int err = gpu_record(b, r, o, &ns);
-    return err ? err : add_leaf_sample(b, np_str_cstr(&b->text), s, &none, 0, ns);
+    struct np_rec_lines it;
+    struct np_rec_gpu g;
+    int err = np_rec_lines_open(&b->rec, NP_REC_GPU_UNMATCHED_JSONL, &it);
+    while (!err && (err = np_rec_next_gpu(&it, &g)) > 0) {
+        int64_t ns;
+        err = b->no_launch_stack.locs ? 0 : resolve_frames(b, root, NULL, 1, &b->no_launch_stack);
+        if (!err)
+            err = gpu_record(b, &g, &ns);
+        if (!err)
+            err = add_leaf_sample(b, np_str_cstr(&b->text), &b->no_launch_stack, &none, 0, ns);
+    }
+    np_rec_lines_close(&it);
+    return err == -ENOENT ? 0 : err;
 }
 
-/* ---- folded input (daemon aggregate sets) ---------------------------------- */
+/* ---- folded input (daemon aggregate sets, merge) ---------------------------------- */
 
-/* One "frame;frame;...;leaf VALUE" line (modified in place). */
-static int folded_line(struct builder *b, char *line, bool gpu_ns) {
-    line[strcspn(line, "\r\n")] = '\0';
-    char *space = strrchr(line, ' ');
-    uint64_t value;
-    if (!space || space == line || np_parse_u64(space + 1, 0, INT64_MAX, &value) != 0)
-        return -EBADMSG;
-    *space = '\0';
+/* One "frame;frame;...;leaf" stack with its weight (the stack cut up in place). */
+static int folded_sample(struct builder *b, const struct np_folded_line *line, bool gpu_ns) {
     size_t n = 1;
-    for (const char *p = line; *p; p++)
-        n += *p == ';';
+    for (const char *p = line->stack; *p; p++)
+        n += *p == NP_FRAME_SEPARATOR;
     const char **frames = calloc(n, sizeof(*frames));
     if (!frames)
         return -ENOMEM;
+    static const char separator[] = {NP_FRAME_SEPARATOR, '\0'};
     n = 0;
-    for (char *p = line, *f; (f = strsep(&p, ";"));)
+    for (char *p = line->stack, *f; (f = strsep(&p, separator));)
         frames[n++] = f;
     struct stack s = {0};
+    int64_t value = (int64_t)line->weight;
     int err = resolve_frames(b, frames, NULL, n, &s);
     if (!err)
-        err = add_sample(b, 0, &s, &b->set_labels, gpu_ns ? 0 : (int64_t)value,
-                         gpu_ns ? (int64_t)value : 0);
+        err = add_sample(b, 0, &s, &b->set_labels, gpu_ns ? 0 : value, gpu_ns ? value : 0);
     b->have_gpu |= gpu_ns && value;
     free(s.locs);
     free(frames);
@@ -622,109 +533,79 @@ static int folded_line(struct builder *b, char *line, bool gpu_ns) {
 }
 
 static int read_folded_file(struct builder *b, const char *path, bool gpu_ns) {
-    char *line = NULL;
-    size_t cap = 0;
-    FILE *f = fopen(path, "re");
-    int err = f ? 0 : -errno;
-    for (long n = 1; f && !err && getline(&line, &cap, f) >= 0; n++) {
-        if (line[strspn(line, " \t\r\n")] == '\0')
-            continue;
-        err = folded_line(b, line, gpu_ns);
-        if (err == -EBADMSG && b->skipped++ < MAX_SAID)
-            np_warn("%s:%ld: not a \"frame;...;frame COUNT\" line", path, n);
-        if (err == -EBADMSG)
-            err = 0;
-    }
-    if (f && !err && ferror(f))
-        err = -EIO;
-    if (f)
-        fclose(f);
-    free(line);
+    struct np_folded r;
+    struct np_folded_line line;
+    int err = np_folded_open(&r, path);
+    if (err && err != -ENOENT && err != -ENOMEM) /* a missing input is the caller's to say */
+        np_err("cannot read %s: %s", path, strerror(-err));
+    r.max_weight = INT64_MAX;
+    while (!err && (err = np_folded_next(&r, &line)) > 0)
+        err = folded_sample(b, &line, gpu_ns);
+    b->skipped += r.malformed;
+    np_folded_close(&r);
     return err;
 }
 
 static int read_folded(struct builder *b, const char *name, bool gpu_ns) {
-    char *path = NULL;
-    if (asprintf(&path, "%s/%s", b->dir, name) < 0)
-        return -ENOMEM;
-    int err = read_folded_file(b, path, gpu_ns);
+    char *path = np_rec_path(b->dir, name);
+    int err = path ? read_folded_file(b, path, gpu_ns) : -ENOMEM;
     free(path);
     return err;
 }
 
 /* ---- summary.json / window.json ------------------------------------------- */
 
-static cJSON *read_json(const struct builder *b, const char *name) {
-    char *path = NULL, *text = NULL;
-    if (asprintf(&path, "%s/%s", b->dir, name) < 0)
-        return NULL;
-    cJSON *root = np_read_file(path, &text, NULL) == 0 ? cJSON_Parse(text) : NULL;
-    free(text);
-    free(path);
-    return root;
-}
-
-static double number(const cJSON *o, const char *key) {
-    const cJSON *item = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(item) && item->valuedouble > 0 ? item->valuedouble : 0;
-}
-
 /* The process of a set (window.json) or of a one-target recording. */
-static int process_labels(struct builder *b, const cJSON *proc) {
-    const cJSON *comm = cJSON_GetObjectItemCaseSensitive(proc, "comm");
-    double pid = number(proc, "pid");
-    if (pid > 0)
-        b->set_labels.pid = (int64_t)pid;
-    if (cJSON_IsString(comm))
-        b->set_labels.comm = str_id(b, comm->valuestring);
+static int process_labels(struct builder *b, const struct np_rec_process *p) {
+    if (p->pid > 0 && p->pid <= INT64_MAX)
+        b->set_labels.pid = (int64_t)p->pid;
+    if (p->comm)
+        b->set_labels.comm = str_id(b, p->comm);
     return b->set_labels.comm < 0 ? -ENOMEM : 0;
 }
 
 static int read_meta(struct builder *b) {
-    int err = 0;
-    cJSON *window = read_json(b, "window.json");
-    cJSON *summary = window ? NULL : read_json(b, "summary.json");
-    if (window) {
-        const cJSON *w = cJSON_GetObjectItemCaseSensitive(window, "window");
-        double start = number(w, "start_unix_ns"), end = number(w, "end_unix_ns");
-        b->start_unix_ns = (int64_t)start;
-        b->meta_duration_ns = end > start ? (int64_t)(end - start) : 0;
-        err = process_labels(b, cJSON_GetObjectItemCaseSensitive(window, "process"));
-    } else if (summary) {
-        const cJSON *targets = cJSON_GetObjectItemCaseSensitive(summary, "targets");
-        b->start_unix_ns = (int64_t)number(summary, "start_time_unix_ns");
-        b->meta_duration_ns = (int64_t)(number(summary, "duration_s") * 1e9);
-        if (cJSON_GetArraySize(targets) == 1)
-            err = process_labels(b, cJSON_GetArrayItem(targets, 0));
+    struct np_rec_meta m;
+    int err = np_recording_meta(&b->rec, &m);
+    if (!err) {
+        b->start_unix_ns = m.start_unix_ns <= INT64_MAX ? (int64_t)m.start_unix_ns : 0;
+        b->meta_duration_ns = m.duration_ns <= INT64_MAX ? (int64_t)m.duration_ns : 0;
     }
-    cJSON_Delete(window);
-    cJSON_Delete(summary);
+    if (!err && m.window)
+        err = process_labels(b, &m.process);
+    else if (!err && m.ntargets == 1)
+        err = process_labels(b, &m.targets[0]);
+    np_rec_meta_free(&m);
     return err;
 }
 
 /* ---- loading -------------------------------------------------------------- */
 
 static int load_launches(struct builder *b) {
-    int err = each_line(b, "stacks.jsonl", read_stack);
+    int err = np_recording_stacks(&b->rec);
     if (err == -ENOENT)
-        np_warn("%s/stacks.jsonl is missing: profile.pb.gz has the GPU leaves only", b->dir);
+        np_warn("%s/" NP_REC_STACKS_JSONL " is missing: " NP_REC_PROFILE_PB_GZ
+                " has the GPU leaves only",
+                b->dir);
     if (err && err != -ENOENT)
         return err;
-    err = each_line(b, "launches.jsonl", read_launch);
+    err = resolve_stacks(b);
     if (!err)
-        err = each_line(b, "gpu_unmatched.jsonl", read_unmatched);
-    return err == -ENOENT ? 0 : err;
+        err = read_launches(b);
+    return err ? err : read_unmatched(b);
 }
 
 static int load_folded(struct builder *b) {
-    b->source = "merged.folded";
-    int err = read_folded(b, "merged.folded", false);
+    b->source = NP_REC_MERGED_FOLDED;
+    int err = read_folded(b, NP_REC_MERGED_FOLDED, false);
     if (err == -ENOENT) {
-        np_err("%s has neither launches.jsonl nor merged.folded: no pprof profile", b->dir);
+        np_err("%s has neither " NP_REC_LAUNCHES_JSONL " nor " NP_REC_MERGED_FOLDED
+               ": no pprof profile",
+               b->dir);
         return err;
     }
     if (!err)
-        err = read_folded(b, "merged.gpu_ns.folded", true);
+        err = read_folded(b, NP_REC_MERGED_GPU_NS_FOLDED, true);
     return err == -ENOENT ? 0 : err;
 }
 
@@ -732,14 +613,9 @@ static int load(struct builder *b) {
     int err = read_meta(b);
     if (err)
         return err;
-    char *path = NULL;
-    if (asprintf(&path, "%s/launches.jsonl", b->dir) < 0)
-        return -ENOMEM;
-    bool launches = access(path, F_OK) == 0;
-    free(path);
-    if (!launches)
+    if (!np_recording_has(&b->rec, NP_REC_LAUNCHES_JSONL))
         return load_folded(b);
-    b->source = "launches.jsonl";
+    b->source = NP_REC_LAUNCHES_JSONL;
     return load_launches(b);
 }
 
@@ -963,12 +839,6 @@ static int encode(FILE *f, void *ctx) {
 
 /* ---- np_write_pprof ----------------------------------------------------------- */
 
-static void free_stack(void *value) {
-    struct stack *s = value;
-    free(s->locs);
-    free(s);
-}
-
 static int builder_init(struct builder *b, const char *dir) {
     memset(b, 0, sizeof(*b));
     b->dir = dir;
@@ -977,13 +847,13 @@ static int builder_init(struct builder *b, const char *dir) {
     np_map_init(&b->map_index);
     np_map_init(&b->loc_index);
     np_map_init(&b->sample_index);
-    np_map_init(&b->stacks);
     np_str_init(&b->key);
     np_str_init(&b->text);
     b->first_ts = UINT64_MAX;
     b->set_labels = (struct labels){.pid = -1, .tid = -1};
     uint32_t empty;
-    return np_strtab_intern(&b->strings, "", &empty); /* string_table[0] */
+    int err = np_recording_open(&b->rec, dir, NP_REC_LENIENT);
+    return err ? err : np_strtab_intern(&b->strings, "", &empty); /* string_table[0] */
 }
 
 static void builder_free(struct builder *b) {
@@ -991,12 +861,14 @@ static void builder_free(struct builder *b) {
         free(b->locs[i].line);
     for (size_t i = 0; i < b->nsamples; i++)
         free(b->samples[i].locs);
+    for (size_t i = 0; b->stacks && i < b->rec.nstacks; i++)
+        free(b->stacks[i].locs);
+    free(b->stacks);
     free(b->fns);
     free(b->maps);
     free(b->locs);
     free(b->samples);
     free(b->no_launch_stack.locs);
-    np_map_free(&b->stacks, free_stack);
     np_map_free(&b->fn_index, NULL);
     np_map_free(&b->map_index, NULL);
     np_map_free(&b->loc_index, NULL);
@@ -1004,21 +876,30 @@ static void builder_free(struct builder *b) {
     np_strtab_free(&b->strings);
     np_str_free(&b->key);
     np_str_free(&b->text);
+    np_recording_close(&b->rec);
 }
 
 static void say_skipped(const struct builder *b) {
-    if (b->skipped)
-        np_warn("pprof: %zu malformed line(s) in %s skipped", b->skipped, b->dir);
+    uint64_t skipped = b->skipped + b->rec.malformed;
+    if (skipped)
+        np_warn("pprof: %" PRIu64 " malformed line(s) in %s skipped", skipped, b->dir);
     if (b->unknown_stacks)
-        np_warn("pprof: %zu launch(es) in %s/launches.jsonl name a stack_id stacks.jsonl does "
-                "not have: written with their GPU leaf only",
+        np_warn("pprof: %" PRIu64 " launch(es) in %s/" NP_REC_LAUNCHES_JSONL
+                " name a stack_id " NP_REC_STACKS_JSONL
+                " does not have: written with their GPU leaf only",
                 b->unknown_stacks, b->dir);
 }
 
-static int write_file(struct builder *b, const char *path) {
-    int err = np_write_atomic(path, encode, b);
-    if (err)
+/* Writes the profile to path; every error said once. */
+static int finish(struct builder *b, int err, const char *path) {
+    if (err == -ENOMEM || (!err && !path)) {
+        np_err("pprof: %s: out of memory", b->dir);
+        err = -ENOMEM;
+    }
+    say_skipped(b);
+    if (!err && (err = np_write_atomic(path, encode, b)) < 0)
         np_err("cannot write %s: %s", path, strerror(-err));
+    builder_free(b);
     return err;
 }
 
@@ -1027,31 +908,19 @@ int np_write_pprof(const char *dir) {
     int err = builder_init(&b, dir);
     if (!err)
         err = load(&b);
-    if (err && err != -ENOENT)
-        np_err("pprof: cannot read %s: %s", dir, strerror(-err));
-    say_skipped(&b);
-    char *path = NULL;
-    if (!err && asprintf(&path, "%s/profile.pb.gz", dir) < 0)
-        err = -ENOMEM;
-    if (!err)
-        err = write_file(&b, path);
+    char *path = err ? NULL : np_rec_path(dir, NP_REC_PROFILE_PB_GZ);
+    err = finish(&b, err, path);
     free(path);
-    builder_free(&b);
     return err;
 }
 
 int np_write_pprof_folded(const char *counts, const char *gpu_ns, const char *out) {
     struct builder b;
     int err = builder_init(&b, counts);
-    if (!err) {
-        b.source = counts;
+    b.source = counts;
+    if (!err)
         err = read_folded_file(&b, counts, false);
-    }
     if (!err && gpu_ns)
         err = read_folded_file(&b, gpu_ns, true);
-    say_skipped(&b);
-    if (!err)
-        err = write_file(&b, out);
-    builder_free(&b);
-    return err;
+    return finish(&b, err, out);
 }

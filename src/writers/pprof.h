@@ -32,7 +32,8 @@
 #define NP_WRITERS_PPROF_H
 
 /* Writes DIR/profile.pb.gz (through a temporary file, renamed): 0, or -errno
- * (said). Malformed input lines are skipped and counted in a warning. */
+ * (said). Malformed input lines are skipped (the first few said,
+ * src/recording/) and counted in a warning. */
 int np_write_pprof(const char *dir);
 /* The same from folded files alone (`ncclprobe merge`): counts weighted
  * by launches, gpu_ns (may be NULL) by GPU nanoseconds; written to out. */

@@ -10,13 +10,13 @@
 #include <string.h>
 
 #include "attach/attach.h"
-#include "attach/target.h"
 #include "correlate/gpu.h"
 #include "correlate/nccl_comms.h"
 #include "ingest/gpu_socket.h"
 #include "ingest/ingest.h"
 #include "ingest/nccl_plan.h"
-#include "writers/json.h"
+#include "lib/json.h"
+#include "ncclprobe/recording.h"
 #include "writers/output.h"
 
 static uint64_t at(const uint64_t *arr, size_t len, size_t i) {
@@ -41,10 +41,10 @@ static const char *role_name(const struct np_probe_site *site) {
 }
 
 static cJSON *probe_json(const struct np_summary *s, const struct np_probe_site *site) {
-    const struct np_target *t = NULL;
-    for (size_t i = 0; i < s->ntargets; i++)
-        if (s->targets[i]->pid == site->pid)
-            t = s->targets[i];
+    const struct np_process *t = NULL;
+    for (size_t i = 0; i < s->nprocesses; i++)
+        if (s->processes[i]->pid == site->pid)
+            t = s->processes[i];
     cJSON *p = cJSON_CreateObject();
     np_json_add_u64(p, "id", site->id);
     np_json_add_u64(p, "pid", (uint64_t)site->pid);
@@ -63,71 +63,6 @@ static cJSON *probe_json(const struct np_summary *s, const struct np_probe_site 
     np_json_add_u64(p, "dropped", at(s->probe_drops, s->nprobes, site->id));
     np_json_add_u64(p, "launches", at(s->ingest->per_probe, s->ingest->per_probe_len, site->id));
     return p;
-}
-
-static cJSON *target_json(const struct np_target *t) {
-    cJSON *o = cJSON_CreateObject();
-    np_json_add_u64(o, "pid", (uint64_t)t->pid);
-    np_json_add_text(o, "comm", t->comm);
-    np_json_add_text(o, "exe", t->exe);
-    cJSON_AddBoolToObject(o, "exited", t->exited);
-    np_json_add_u64(o, "launches", t->launches);
-    np_json_add_u64(o, "nested_launches", t->nested);
-    np_json_add_u64(o, "nccl_ops", t->nccl_ops);
-    if (t->python.found) {
-        cJSON *py = cJSON_AddObjectToObject(o, "python");
-        char text[64];
-        snprintf(text, sizeof(text), "%u.%u.%u", t->python.major, t->python.minor, t->python.micro);
-        np_json_add_text(py, "version", t->python.version_hex ? text : "");
-        snprintf(text, sizeof(text), "%u.%u", t->python.major, t->python.minor);
-        np_json_add_text(py, "minor_version", text);
-        np_json_add_text(py, "runtime_file", t->python.path);
-        cJSON_AddBoolToObject(py, "shared", t->python.shared);
-        cJSON_AddBoolToObject(py, "free_threaded", t->python.free_threaded);
-        snprintf(text, sizeof(text), "0x%" PRIx64, t->python.runtime_addr);
-        np_json_add_text(py, "runtime_address", text);
-        /* "walked", "off" (--python off) or why they cannot be */
-        np_json_add_text(py, "frames",
-                         t->python_walked              ? "walked"
-                         : t->python.layout.why_not[0] ? t->python.layout.why_not
-                                                       : "off");
-        np_json_add_text(py, "offsets_from",
-                         t->python.layout.from_debug_offsets ? "_Py_DebugOffsets" : "table");
-    }
-    if (t->gpu_marker) {
-        static const char *const states[] = {"active", "cupti_busy", "cupti_failed"};
-        cJSON *g = cJSON_AddObjectToObject(o, "cupti");
-        np_json_add_text(g, "status",
-                         !t->gpu_hello ? "no_connection"
-                                       : states[t->gpu_status < 3 ? t->gpu_status : 2]);
-        np_json_add_text(g, "message", t->gpu_message);
-        cJSON_AddNumberToObject(g, "clock_offset_ns", (double)t->gpu_clock_offset_ns);
-        const struct np_wire_stats *st = &t->gpu_stats;
-        np_json_add_u64(g, "records_sent", st->records_sent);
-        np_json_add_u64(g, "dropped_by_cupti", st->dropped_by_cupti);
-        np_json_add_u64(g, "dropped_queue_full", st->dropped_queue_full);
-        np_json_add_u64(g, "dropped_no_daemon", st->dropped_no_daemon);
-        np_json_add_u64(g, "dropped_no_buffer", st->dropped_no_buffer);
-        np_json_add_u64(g, "records_unknown", st->records_unknown);
-    }
-    cJSON *libs = cJSON_AddArrayToObject(o, "libraries");
-    for (size_t i = 0; i < t->nlibs; i++) {
-        const struct np_library *l = &t->libs[i];
-        cJSON *lj = cJSON_CreateObject();
-        np_json_add_text(lj, "path", l->path);
-        np_json_add_text(lj, "build_id", l->build_id);
-        np_json_add_u64(lj, "probes_attached", (uint64_t)l->probes_ok);
-        np_json_add_u64(lj, "probes_failed", (uint64_t)l->probes_failed);
-        if (l->first_error)
-            np_json_add_text(lj, "error", strerror(-l->first_error));
-        cJSON_AddBoolToObject(lj, "loaded_after_attach", l->late);
-        cJSON_AddBoolToObject(lj, "cuda", l->cuda);
-        if (l->late && l->attached_ns >= l->seen_ns)
-            cJSON_AddNumberToObject(lj, "attach_latency_ms",
-                                    (double)(l->attached_ns - l->seen_ns) / 1e6);
-        cJSON_AddItemToArray(libs, lj);
-    }
-    return o;
 }
 
 static cJSON *totals_json(const struct np_summary *s) {
@@ -171,10 +106,10 @@ static cJSON *totals_json(const struct np_summary *s) {
 static cJSON *files_json(const struct np_summary *s) {
     const struct np_output_totals *ot = np_output_totals(s->out);
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddBoolToObject(o, "per_launch_complete", ot->cut_error == 0);
-    np_json_add_u64(o, "records_written", ot->records_written);
-    np_json_add_u64(o, "records_cut", ot->records_cut);
-    cJSON_AddStringToObject(o, "cut_reason", ot->cut_error ? strerror(-ot->cut_error) : "");
+    cJSON_AddBoolToObject(o, NP_KEY_PER_LAUNCH_COMPLETE, ot->cut_error == 0);
+    np_json_add_u64(o, NP_KEY_RECORDS_WRITTEN, ot->records_written);
+    np_json_add_u64(o, NP_KEY_RECORDS_CUT, ot->records_cut);
+    cJSON_AddStringToObject(o, NP_KEY_CUT_REASON, ot->cut_error ? strerror(-ot->cut_error) : "");
     return o;
 }
 
@@ -223,8 +158,8 @@ static cJSON *nccl_comm_json(const struct np_nccl_comm_stats *c) {
 /* What each libnccl's DWARF gave, per process. */
 static cJSON *nccl_libraries_json(const struct np_summary *s) {
     cJSON *arr = cJSON_CreateArray();
-    for (size_t i = 0; i < s->ntargets; i++) {
-        const struct np_target *t = s->targets[i];
+    for (size_t i = 0; i < s->nprocesses; i++) {
+        const struct np_process *t = s->processes[i];
         for (size_t j = 0; j < t->nlibs; j++) {
             const struct np_library *l = &t->libs[j];
             if (!l->nccl)
@@ -350,18 +285,18 @@ static cJSON *unwind_json(const struct np_summary *s) {
 
 int np_summary_write(const char *path, const struct np_summary *s) {
     cJSON *root = cJSON_CreateObject();
-    if (!root)
+    if (!root) {
+        cJSON_Delete(s->targets);
         return -ENOMEM;
+    }
     np_json_add_u64(root, "format_version", 1);
     np_json_add_text(root, "stop_reason", s->stop_reason);
-    np_json_add_u64(root, "start_time_unix_ns", s->start_realtime_ns);
-    cJSON_AddNumberToObject(root, "duration_s", s->duration_s);
+    np_json_add_u64(root, NP_KEY_START_TIME_UNIX_NS, s->start_realtime_ns);
+    cJSON_AddNumberToObject(root, NP_KEY_DURATION_S, s->duration_s);
     cJSON_AddItemToObject(root, "totals", totals_json(s));
-    cJSON_AddItemToObject(root, "files", files_json(s));
+    cJSON_AddItemToObject(root, NP_KEY_FILES, files_json(s));
     cJSON_AddItemToObject(root, "unwind", unwind_json(s));
-    cJSON *targets = cJSON_AddArrayToObject(root, "targets");
-    for (size_t i = 0; i < s->ntargets; i++)
-        cJSON_AddItemToArray(targets, target_json(s->targets[i]));
+    cJSON_AddItemToObject(root, NP_KEY_TARGETS, s->targets ? s->targets : cJSON_CreateArray());
     cJSON *probes = cJSON_AddArrayToObject(root, "probes");
     for (size_t i = 0; i < s->attacher->nsites; i++)
         cJSON_AddItemToArray(probes, probe_json(s, &s->attacher->sites[i]));

@@ -15,14 +15,18 @@ struct np_nccl_comms;
 struct np_ingest_stats;
 struct np_unwind_stats;
 struct np_output;
-struct np_target;
+struct np_process;
+struct cJSON;
 
 struct np_summary {
     const char *stop_reason;
     uint64_t start_realtime_ns;
     double duration_s;
-    struct np_target *const *targets;
-    size_t ntargets;
+    /* targets[]: built by the session (what it knows of each process); the
+     * summary takes it over. processes: their probed libraries. */
+    struct cJSON *targets;
+    const struct np_process *const *processes;
+    size_t nprocesses;
     const struct np_attacher *attacher;
     const uint64_t *probe_hits;  /* per probe id, summed over CPUs */
     const uint64_t *probe_drops; /* per probe id */

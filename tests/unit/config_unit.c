@@ -3,7 +3,8 @@
  * "FILE:LINE: KEY: ..." of each error, comments, quoting, CRLF, duplicate
  * and unknown keys, overflow, unit suffixes, a failed parse leaving the old
  * configuration as it was, the process filter, np_config_load on files that
- * are not configurations and on packaging/ncclprobe.conf (the defaults).
+ * are not configurations and on packaging/ncclprobe.conf (the defaults), and
+ * the table of settings this parser shares with record's options.
  * Prints "config_unit: N passed, N failed" and exits non-zero on any failure. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -132,7 +133,7 @@ static void check_all_keys(const struct np_daemon_config *c) {
     CHECK(c->cpu_budget_percent == 2.5);
     CHECK(c->rate_limit == 100);
     CHECK(c->ring_buffer_bytes == 256 * MIB);
-    CHECK(c->unwind == NP_CFG_UNWIND_FP);
+    CHECK(c->unwind == UNWIND_FP);
     CHECK(c->stack_bytes == 8192);
     CHECK(c->python == NP_PYTHON_RAW);
     CHECK(c->python_depth == 16);
@@ -161,7 +162,7 @@ static void test_defaults(void) {
     CHECK(c.ring_buffer_bytes == 64 * MIB);
     CHECK(c.cpu_budget_percent == 10);
     CHECK(c.rate_limit == 2000);
-    CHECK(c.unwind == NP_CFG_UNWIND_AUTO);
+    CHECK(c.unwind == UNWIND_AUTO);
     CHECK(c.stack_bytes == 16384);
     CHECK(c.python == NP_PYTHON_MERGE);
     CHECK(c.python_depth == 128);
@@ -425,11 +426,9 @@ static void test_suffixes(void) {
           c.formats == (NP_FORMAT_PPROF | NP_FORMAT_SVG));
     CHECK(parse("formats = none\n", &c) == 0 && c.formats == 0);
     CHECK(parse("unwind = DWARF\npython = Off\nlog_level = ERROR\n", &c) == 0);
-    CHECK(c.unwind == NP_CFG_UNWIND_DWARF && c.python == NP_PYTHON_OFF &&
-          c.log_level == NP_LOG_ERROR);
+    CHECK(c.unwind == UNWIND_DWARF && c.python == NP_PYTHON_OFF && c.log_level == NP_LOG_ERROR);
     CHECK(parse("unwind = auto\npython = merge\nlog_level = warn\n", &c) == 0);
-    CHECK(c.unwind == NP_CFG_UNWIND_AUTO && c.python == NP_PYTHON_MERGE &&
-          c.log_level == NP_LOG_WARN);
+    CHECK(c.unwind == UNWIND_AUTO && c.python == NP_PYTHON_MERGE && c.log_level == NP_LOG_WARN);
     CHECK(parse("log_level = info\ncpu_budget = 33\n", &c) == 0);
     CHECK(c.log_level == NP_LOG_INFO && c.cpu_budget_percent == 33);
     CHECK(parse("max_output_age = 0s\n", &c) == 0);
@@ -757,6 +756,76 @@ static void test_load(void) {
     CHECK(rmdir(dir) == 0);
 }
 
+/* The one table of settings (session/settings.h) that this parser and
+ * record's options share: names unique, defaults valid, and both sides
+ * starting from the same values and saying the same check their way. */
+static void test_settings_table(void) {
+    bool unique = true, complete = true, defaults_parse = true;
+    char msg[768];
+
+    for (size_t i = 0; i < np_settings_count; i++) {
+        const struct np_setting *r = &np_settings_table[i];
+        for (size_t j = 0; j < i; j++) {
+            const struct np_setting *o = &np_settings_table[j];
+            unique &= !(r->key && o->key && strcmp(r->key, o->key) == 0);
+            unique &= !(r->flag && o->flag && strcmp(r->flag, o->flag) == 0);
+            unique &= !(r->short_flag && r->short_flag == o->short_flag);
+        }
+        complete &= (r->key != NULL) == (r->config.store != NP_STORE_NONE);
+        complete &= (r->flag != NULL) == (r->record.store != NP_STORE_NONE);
+        complete &= r->help != NULL && (!r->restart || r->key) && (!r->flag_unit || r->flag);
+        complete &= r->metavar != NULL || r->flag_value != NULL || !r->flag;
+        union np_value v;
+        defaults_parse &=
+            !r->def || np_setting_parse(r, NP_SIDE_CONFIG, r->def, &v, msg, sizeof(msg)) == 0;
+    }
+    CHECK(unique);
+    CHECK(complete);
+    CHECK(defaults_parse);
+
+    /* record's defaults are the daemon's, for every setting both have */
+    struct np_daemon_config c;
+    struct np_settings rec = {0}, dmn = {0};
+    CHECK(np_config_defaults(&c) == 0);
+    CHECK(np_settings_defaults(NP_SIDE_RECORD, &rec) == 0);
+    CHECK(np_settings_defaults(NP_SIDE_RECORD, &dmn) == 0);
+    np_settings_from_config(&c, &dmn);
+    CHECK(rec.ring_mb == 64 && dmn.ring_mb == 64 && rec.wakeup_kb == 256);
+    CHECK(rec.unwind == dmn.unwind && rec.stack_bytes == dmn.stack_bytes);
+    CHECK(rec.python == dmn.python && rec.python_depth == dmn.python_depth);
+    CHECK(rec.gpu_timeout_ms == 5000 && dmn.gpu_timeout_ms == 5000);
+    CHECK(!rec.no_gpu && !dmn.no_gpu && rec.formats == dmn.formats);
+    CHECK(strcmp(rec.cupti_socket, dmn.cupti_socket) == 0);
+
+    /* a configuration's values reach the session: units and negations */
+    CHECK(parse("ring_buffer = 256M\ngpu = no\ngpu_timeout = 2s\nunwind = fp\n", &c) == 0);
+    np_settings_from_config(&c, &dmn);
+    CHECK(dmn.ring_mb == 256 && dmn.no_gpu && dmn.gpu_timeout_ms == 2000 &&
+          dmn.unwind == UNWIND_FP);
+    np_config_free(&c);
+
+    /* one check, said in each side's words */
+    const struct np_setting *stack = np_setting_by_key("stack_bytes", 11);
+    CHECK(stack && stack == np_setting_by_flag("stack-bytes"));
+    CHECK(np_setting_set(stack, NP_SIDE_RECORD, "1001", &rec, msg, sizeof(msg)) == -EINVAL);
+    CHECK(strcmp(msg, "invalid --stack-bytes '1001': not a multiple of 8 (expected a multiple "
+                      "of 8 from 512 to 65536)") == 0);
+    CHECK(np_setting_set(stack, NP_SIDE_RECORD, "4096", &rec, msg, sizeof(msg)) == 0 &&
+          rec.stack_bytes == 4096);
+    const struct np_setting *ring = np_setting_by_flag("ring-buffer-mb");
+    CHECK(np_setting_set(ring, NP_SIDE_RECORD, "3", &rec, msg, sizeof(msg)) == -EINVAL);
+    CHECK(strstr(msg, "invalid --ring-buffer-mb '3': not a power of two") == msg);
+    CHECK(np_setting_set(ring, NP_SIDE_RECORD, "2048", &rec, msg, sizeof(msg)) == -EINVAL);
+    CHECK(np_setting_set(ring, NP_SIDE_RECORD, "128", &rec, msg, sizeof(msg)) == 0 &&
+          rec.ring_mb == 128);
+    CHECK(np_setting_set(np_setting_by_flag("no-gpu"), NP_SIDE_RECORD, NULL, &rec, msg,
+                         sizeof(msg)) == 0 &&
+          rec.no_gpu);
+    CHECK(np_setting_set(np_setting_by_flag("cupti-socket"), NP_SIDE_RECORD, "rel.sock", &rec, msg,
+                         sizeof(msg)) == 0); /* record's paths may be relative */
+    CHECK(strcmp(rec.cupti_socket, "rel.sock") == 0);
+}
+
 int main(void) {
     test_defaults();
     test_all_keys();
@@ -769,6 +838,7 @@ int main(void) {
     test_keeps_old();
     test_selects();
     test_load();
+    test_settings_table();
     printf("config_unit: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -7,12 +7,13 @@
  * and rejection, the size limit, idle and never-reading clients, the client
  * limit, stale and live sockets, the socket's mode, peer credentials,
  * unlinking on close and the tolerant printing of replies. Also the Unix
- * listener both of the daemon's servers stand on (lib/unix_listener.c):
+ * listener both of ncclprobe's servers stand on (lib/unix_listener.c):
  * what it replaces at the path and what it leaves alone (regular files,
  * directories, symbolic links, FIFOs, others' sockets), modes whatever the
  * umask, cleanup when a step after bind fails (lstat is wrapped below to
  * make the look at the bound socket fail), accepting, the idle clock; and
- * the CUPTI socket's server refusing a regular file. Prints
+ * the CUPTI socket's server refusing a regular file; the table of the status
+ * reply's fields (daemon/status_schema.h) and `ctl --schema`. Prints
  * "ctl_unit: N passed, M failed" and exits non-zero on any failure. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
@@ -39,6 +40,7 @@
 #include "check.h"
 #include "cli/ctl.h"
 #include "daemon/ctl.h"
+#include "daemon/status_schema.h"
 #include "ingest/gpu_socket.h"
 #include "lib/unix_listener.h"
 #include "lib/util.h"
@@ -1062,6 +1064,8 @@ static void test_cli(void) {
     CHECK(CLI("--help") == 0);
     CHECK(strstr(out, "usage: ncclprobe ctl") != NULL);
     CHECK(CLI("status", "--help") == 0);
+    CHECK(CLI("--schema") == 0 && out[0] == '{' && strstr(out, "\"targets[].pid\""));
+    CHECK(calls() == before);
 
     stop_thread(&st);
 
@@ -1662,6 +1666,80 @@ static int remove_entry(const char *path, const struct stat *st, int type, struc
     return 0;
 }
 
+/* ---- tests: the status schema ------------------------------------------------------------ */
+
+/* A field of status_schema.h's table is well placed: after its parent (an
+ * object or array), next to its siblings, its key unique there; what is
+ * shown has a line, a column is an array element's, a partner a sibling. */
+static bool schema_field_ok(int id) {
+    const struct np_status_field *f = &np_status_fields[id];
+    bool ok = f->key && *f->key && f->help && *f->help;
+    if (f->parent != NP_ST_TOP) {
+        enum np_status_type pt = np_status_fields[f->parent].type;
+        ok &= (int)f->parent < id && (pt == NP_STATUS_OBJECT || pt == NP_STATUS_ARRAY);
+        ok &= np_status_fields[id - 1].parent == f->parent || id - 1 == (int)f->parent;
+    }
+    for (int j = 0; j < id; j++)
+        ok &= np_status_fields[j].parent != f->parent || strcmp(np_status_fields[j].key, f->key);
+    ok &= f->show == NP_SHOW_NONE || f->line != NULL;
+    ok &= !f->column || np_status_fields[f->parent].type == NP_STATUS_ARRAY;
+    ok &= !f->with || (np_status_fields[f->with].parent == f->parent && f->text_with);
+    return ok;
+}
+
+static void test_status_schema(void) {
+    bool fields_ok = true, paths_unique = true;
+    for (int id = 0; id < NP_ST_COUNT; id++)
+        fields_ok &= schema_field_ok(id);
+    CHECK(fields_ok);
+
+    cJSON *schema = np_status_schema_json();
+    const cJSON *fields = cJSON_GetObjectItemCaseSensitive(schema, "fields"), *a, *b;
+    CHECK(cJSON_GetArraySize(fields) == NP_ST_COUNT);
+    cJSON_ArrayForEach(a, fields) {
+        const char *pa = cJSON_GetObjectItemCaseSensitive(a, "path")->valuestring;
+        cJSON_ArrayForEach(b, fields) {
+            paths_unique &=
+                a == b || strcmp(pa, cJSON_GetObjectItemCaseSensitive(b, "path")->valuestring);
+        }
+    }
+    CHECK(paths_unique);
+    char path[160];
+    np_status_path(NP_ST_TARGET_PID, path, sizeof(path));
+    CHECK(strcmp(path, "targets[].pid") == 0);
+    np_status_path(NP_ST_WINDOW_ENDS_IN_S, path, sizeof(path));
+    CHECK(strcmp(path, "window.ends_in_s") == 0);
+    const cJSON *ends = cJSON_GetArrayItem(fields, NP_ST_WINDOW_ENDS_IN_S);
+    CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ends, "nullable")) &&
+          cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ends, "window_open_only")) &&
+          strcmp(cJSON_GetObjectItemCaseSensitive(ends, "type")->valuestring, "number") == 0);
+    cJSON_Delete(schema);
+
+    /* what the daemon adds by id, ctl shows */
+    cJSON *r = cJSON_CreateObject();
+    np_status_add_bool(r, NP_ST_OK, true);
+    cJSON *w = np_status_add_object(r, NP_ST_WINDOW);
+    np_status_add_bool(w, NP_ST_WINDOW_OPEN, true);
+    np_status_add_number(w, NP_ST_WINDOW_ID, 3);
+    cJSON *t = cJSON_CreateObject();
+    cJSON_AddItemToArray(np_status_add_object(r, NP_ST_TARGETS), t);
+    np_status_add_string(t, NP_ST_TARGET_COMM, "bad\xff");
+    np_status_add_string(t, NP_ST_TARGET_OUTPUT, NULL);
+    char *line = cJSON_PrintUnformatted(r), *out = NULL, *err = NULL;
+    size_t ol, el;
+    FILE *fo = open_memstream(&out, &ol), *fe = open_memstream(&err, &el);
+    CHECK(np_ctl_print_reply("status", line, false, fo, fe) == 0);
+    fclose(fo);
+    fclose(fe);
+    CHECK(strstr(out, "window:      open #3\n") != NULL);
+    CHECK(strstr(out, "targets:     1\n") != NULL && strstr(out, "  -       -") != NULL);
+    CHECK(strstr(line, "\"output\":null") != NULL && strstr(line, "\"comm\":\"bad") != NULL);
+    free(out);
+    free(err);
+    cJSON_free(line);
+    cJSON_Delete(r);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_DFL); /* the server must not need SIGPIPE ignored */
     np_log_set_level(NP_LOG_ERROR);
@@ -1688,6 +1766,7 @@ int main(void) {
     test_client_errors();
     test_concurrent();
     test_print_reply();
+    test_status_schema();
     test_cli();
     test_peer_uid();
 

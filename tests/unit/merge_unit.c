@@ -1,5 +1,5 @@
 /* merge_unit.c - unit tests for the pure launch matcher of `ncclprobe merge`
- * (np_match_launches, correlate/tolerance.h): one-to-one pairing, closest
+ * (np_match_launches, merge/match.h): one-to-one pairing, closest
  * pair first, the strict tolerance bound, empty inputs, per-thread pairing.
  * Prints "N passed, N failed" and exits non-zero on any failure. */
 #include <stdint.h>
@@ -8,7 +8,7 @@
 #include <sys/types.h>
 
 #include "check.h"
-#include "correlate/tolerance.h"
+#include "merge/match.h"
 
 #define MS 1000000LL
 #define NONE NP_MATCH_NONE

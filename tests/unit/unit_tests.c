@@ -1,8 +1,10 @@
 /* unit_tests.c - unit tests for the pieces of ncclprobe that need no BPF:
  * demangling, thunk decoding, /proc/PID/maps parsing, frame and JSON
- * escaping, argument decoding, Python file names and the writers (hostile
- * names included).
- * Prints "N passed, N failed" and exits non-zero on any failure. */
+ * escaping, hash maps, argument decoding, number parsing, Python file
+ * names, the recording writer (hostile names included), the launch <-> GPU
+ * record join, NCCL layouts from DWARF, NCCL plan decoding and
+ * per-communicator totals. Prints "N passed, N failed" and exits non-zero
+ * on any failure. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,8 +14,8 @@
 #include "attach/dwarf_layout.h"
 #include "attach/elfscan.h"
 #include "attach/nccl_layout.h"
+#include "attach/process.h"
 #include "attach/procmaps.h"
-#include "attach/target.h"
 #include "check.h"
 #include "correlate/gpu.h"
 #include "correlate/nccl_comms.h"
@@ -21,10 +23,10 @@
 #include "ingest/launch.h"
 #include "ingest/nccl_plan.h"
 #include "lib/hashmap.h"
+#include "lib/json.h"
 #include "lib/util.h"
 #include "symbolize/pycode.h"
 #include "symbolize/symbolize.h"
-#include "writers/json.h"
 #include "writers/output.h"
 
 static void check_str(const char *got, const char *want, const char *what) {

@@ -1,0 +1,191 @@
+/* gpu.c - the GPU side of a session (see session.h): the socket the CUPTI
+ * library sends its records to (ingest/gpu_socket.c), the join that hands
+ * each launch its GPU records by correlation id (correlate/gpu.c), and
+ * their results to the writers; libraries that said they stay out, closed
+ * or never connected; the last records at the end. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "correlate/gpu.h"
+#include "ingest/gpu_socket.h"
+#include "lib/util.h"
+#include "session/session.h"
+#include "session/target.h"
+#include "writers/output.h"
+
+#define GPU_LINGER_NS 300000000ull /* a launch's records stop coming: it retires */
+#define GPU_MAX_WAITING 200000     /* launches waiting for GPU records, at most */
+#define GPU_FINAL_WAIT_MS 500      /* at the end: the last flush of live targets */
+
+static void gpu_retire(void *ctx, const struct np_gpu_launch *l, enum np_gpu_status status) {
+    struct np_session *s = ctx;
+    struct np_output *out = l->owner ? l->owner : s->out;
+    if (out)
+        np_output_gpu_launch(out, l, status);
+    if (s->sink && s->sink->retired)
+        s->sink->retired(s, l->owner);
+    if (!l->tag || !l->nrecords)
+        return;
+    struct np_nccl_comm_stats *c = np_nccl_comms_get(&s->nccl_comms, l->pid, l->tag, NULL);
+    for (uint32_t i = 0; c && i < l->nrecords; i++) {
+        const struct np_gpu_record *r = l->records[i];
+        if (r->end_ns > r->start_ns)
+            c->gpu_ns += r->end_ns - r->start_ns;
+        c->gpu_records++;
+    }
+}
+
+static void gpu_unmatched(void *ctx, uint32_t pid, const struct np_gpu_record *r) {
+    struct np_session *s = ctx;
+    struct np_target *t = np_session_find_target(s, (pid_t)pid);
+    struct np_output *out = t ? np_session_output_for(s, t) : s->out;
+    if (out)
+        np_output_gpu_unmatched(out, r);
+}
+
+static bool gpu_is_traced(void *ctx, pid_t pid) {
+    struct np_target *t = np_session_find_target(ctx, pid);
+    return t && !t->exited;
+}
+
+static void gpu_on_hello(void *ctx, pid_t pid, const struct np_wire_hello *h) {
+    struct np_session *s = ctx;
+    struct np_target *t = np_session_find_target(s, pid);
+    if (!t)
+        return;
+    t->gpu_hello = true;
+    t->gpu_status = h->status;
+    /* A time namespace shifts the target's CLOCK_MONOTONIC: its GPU times
+     * are then not on the clock of its launches. Said, not corrected. */
+    int64_t offset = (int64_t)(h->clock_mono_ns - np_monotonic_ns());
+    if (offset > 1000000000ll || offset < -1000000000ll) {
+        t->gpu_clock_offset_ns = offset;
+        np_warn("pid %d (%s): its CLOCK_MONOTONIC is %.3f s off ours (a time namespace?): its "
+                "GPU start/end times are shifted by that much",
+                t->proc.pid, t->comm, (double)offset / 1e9);
+    }
+    snprintf(t->gpu_message, sizeof(t->gpu_message), "%s", h->message);
+    if (h->status == NP_HELLO_ACTIVE) {
+        t->gpu_off = false;
+        np_info("pid %d (%s): GPU records from %s", t->proc.pid, t->comm, h->message);
+        return;
+    }
+    np_warn("pid %d (%s): no GPU records: %s", t->proc.pid, t->comm, h->message);
+    t->gpu_off = true;
+    np_gpu_join_finish_pid(s->gpu_join, (uint32_t)pid, NP_GPU_NONE);
+}
+
+static void gpu_on_record(void *ctx, pid_t pid, const struct np_gpu_record *r) {
+    struct np_session *s = ctx;
+    np_gpu_join_record(s->gpu_join, (uint32_t)pid, r, np_monotonic_ns());
+}
+
+static void gpu_on_stats(void *ctx, pid_t pid, const struct np_wire_stats *st) {
+    struct np_target *t = np_session_find_target(ctx, pid);
+    if (t)
+        t->gpu_stats = *st;
+}
+
+/* The library is gone, but launches it sent records for may still be in
+ * the ring buffer: finished once that is read (finish_closed_gpu_clients). */
+static void gpu_on_close(void *ctx, pid_t pid) {
+    struct np_session *s = ctx;
+    pid_t *p = realloc(s->gpu_closed, (s->ngpu_closed + 1) * sizeof(*p));
+    if (!p) {
+        np_gpu_join_finish_pid(s->gpu_join, (uint32_t)pid, NP_GPU_PENDING);
+        return;
+    }
+    s->gpu_closed = p;
+    s->gpu_closed[s->ngpu_closed++] = pid;
+}
+
+static void finish_closed_gpu_clients(struct np_session *s) {
+    for (size_t i = 0; i < s->ngpu_closed; i++) {
+        struct np_target *t = np_session_find_target(s, s->gpu_closed[i]);
+        if (t)
+            t->gpu_off = true;
+        np_gpu_join_finish_pid(s->gpu_join, (uint32_t)s->gpu_closed[i], NP_GPU_PENDING);
+    }
+    s->ngpu_closed = 0;
+}
+
+/* A process maps our library but it never said hello (it sends to another
+ * socket, or cannot connect): its launches stop waiting for GPU records. */
+#define GPU_HELLO_WAIT_NS 3000000000ull
+
+static void give_up_silent_gpu_clients(struct np_session *s, uint64_t now, bool at_end) {
+    for (size_t i = 0; i < s->ntargets; i++) {
+        struct np_target *t = s->targets[i];
+        if (!t->proc.gpu_marker || t->gpu_hello || t->gpu_off || !t->gpu_first_held_ns ||
+            (!at_end && now - t->gpu_first_held_ns < GPU_HELLO_WAIT_NS))
+            continue;
+        np_warn("pid %d (%s) maps libncclprobe_cupti.so, but it did not connect to %s (is its "
+                "NCCLPROBE_CUPTI_SOCKET the same?): launches are written without GPU records",
+                t->proc.pid, t->comm, s->opt.cupti_socket);
+        t->gpu_off = true;
+        snprintf(t->gpu_message, sizeof(t->gpu_message), "did not connect to %s",
+                 s->opt.cupti_socket);
+        np_gpu_join_finish_pid(s->gpu_join, (uint32_t)t->proc.pid, NP_GPU_NONE);
+    }
+}
+
+int np_session_setup_gpu(struct np_session *s) {
+    if (s->opt.no_gpu)
+        return 0;
+    struct np_gpu_ops jops = {.ctx = s, .retire = gpu_retire, .unmatched = gpu_unmatched};
+    s->gpu_join = np_gpu_join_new(&jops, GPU_LINGER_NS,
+                                  (uint64_t)s->opt.gpu_timeout_ms * 1000000ull, GPU_MAX_WAITING);
+    if (!s->gpu_join)
+        return -ENOMEM;
+    struct np_gpu_server_ops sops = {.ctx = s,
+                                     .is_traced = gpu_is_traced,
+                                     .on_hello = gpu_on_hello,
+                                     .on_record = gpu_on_record,
+                                     .on_stats = gpu_on_stats,
+                                     .on_close = gpu_on_close};
+    int err = np_gpu_server_open(s->opt.cupti_socket, &sops, &s->gpu_server);
+    if (err == -EEXIST) /* something that is not a socket is there: said, and left alone */
+        return err;
+    if (err) {
+        np_warn("cannot listen for GPU records on %s: %s%s", s->opt.cupti_socket, strerror(-err),
+                err == -EADDRINUSE ? " (another ncclprobe listens there; use --cupti-socket)" : "");
+        s->gpu_server = NULL;
+        return 0; /* stacks are still recorded */
+    }
+    return np_session_watch(s->epfd, np_gpu_server_fd(s->gpu_server), NP_TAG_GPU);
+}
+
+/* The last GPU records of targets still running (their libraries flush
+ * every 100 ms), then every launch still waiting is written. */
+void np_session_finish_gpu(struct np_session *s) {
+    if (!s->gpu_join)
+        return;
+    uint64_t until = np_monotonic_ns() + GPU_FINAL_WAIT_MS * 1000000ull;
+    while (s->gpu_server && np_gpu_join_waiting(s->gpu_join) > 0 && np_monotonic_ns() < until &&
+           !np_session_all_targets_gone(s)) {
+        usleep(20000);
+        np_gpu_server_poll(s->gpu_server);
+        finish_closed_gpu_clients(s);
+        np_gpu_join_tick(s->gpu_join, np_monotonic_ns());
+    }
+    if (s->gpu_server)
+        np_gpu_server_poll(s->gpu_server);
+    finish_closed_gpu_clients(s);
+    give_up_silent_gpu_clients(s, np_monotonic_ns(), true);
+    np_gpu_join_finish_all(s->gpu_join);
+}
+
+void np_session_gpu_tick(struct np_session *s, bool ring_read) {
+    if (!s->gpu_join)
+        return;
+    if (ring_read) /* the ring is read: a closed library's launches are all in */
+        finish_closed_gpu_clients(s);
+    np_gpu_join_tick(s->gpu_join, np_monotonic_ns());
+    give_up_silent_gpu_clients(s, np_monotonic_ns(), false);
+    if (s->gpu_server)
+        np_gpu_server_tick(s->gpu_server, np_monotonic_ns());
+}

@@ -1,0 +1,128 @@
+/* route.c - what happens to a record once ingest has decoded it (see
+ * session.h): a launch gets its kernel's name and, for NCCL, its [NCCL]Op
+ * frame and communicator totals (correlate/launch.c); then it is written,
+ * or - when its process's CUPTI library sends GPU records - held in the
+ * GPU join until they come. Handle records feed the kernel-name table,
+ * CUPTI markers the join, library loads the attacher. Records go to the
+ * session's output, or where its sink says (the daemon's output sets). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <string.h>
+
+#include "correlate/gpu.h"
+#include "correlate/kernels.h"
+#include "correlate/launch.h"
+#include "ingest/launch.h"
+#include "lib/util.h"
+#include "session/session.h"
+#include "session/target.h"
+#include "writers/output.h"
+
+struct np_output *np_session_output_for(struct np_session *s, struct np_target *t) {
+    return s->sink && s->sink->output_for ? s->sink->output_for(s, t) : s->out;
+}
+
+static struct np_session *session_of(struct np_ingest *in) {
+    return np_container_of(in, struct np_session, ingest);
+}
+
+static struct np_ingest_proc *find_proc(struct np_ingest *in, pid_t pid) {
+    struct np_target *t = np_session_find_target(session_of(in), pid);
+    return t ? &t->in : NULL;
+}
+
+static bool recording(struct np_ingest *in, struct np_ingest_proc *p) {
+    return np_session_output_for(session_of(in), np_target_of_ingest(p)) != NULL;
+}
+
+static void new_mapping(struct np_ingest *in, struct np_ingest_proc *p, uint64_t ts_ns) {
+    np_session_on_new_mapping(session_of(in), np_target_of_ingest(p), ts_ns);
+}
+
+/* A launch of a process whose CUPTI library sends GPU records waits in the
+ * join for them; any other is written now. */
+static void write_launch(struct np_session *s, struct np_target *t, struct np_output *out,
+                         const struct np_launch *l, const struct np_stack_texts *stack,
+                         const char *kernel) {
+    bool hold = s->gpu_join && t->proc.gpu_marker && !t->gpu_off && !l->nested;
+    uint64_t sid = np_output_launch(out, l, stack, kernel, hold ? &s->held_json : NULL);
+    if (!hold)
+        return;
+    /* The join's clock is CLOCK_MONOTONIC, the clock of the event's own time. */
+    const struct np_launch_event *e = l->ev;
+    if (!t->gpu_first_held_ns)
+        t->gpu_first_held_ns = e->hdr.ts_ns;
+    bool runtime_api = l->def->family == NP_FAMILY_RUNTIME || l->def->family == NP_FAMILY_NCCL;
+    /* an NCCL launch's GPU time goes to its communicator's totals */
+    uint64_t tag = l->nccl_plan ? l->nccl_plan->comm : 0;
+    int err =
+        np_gpu_join_launch(s->gpu_join, e->hdr.pid, e->hdr.tid, sid, np_str_cstr(&s->held_json),
+                           kernel, runtime_api, tag, out, e->hdr.ts_ns);
+    if (!err && s->sink && s->sink->held)
+        s->sink->held(s, out);
+    if (err) { /* cannot wait: written now, as never matched */
+        struct np_gpu_launch now = {.stack_id = sid,
+                                    .json = (char *)np_str_cstr(&s->held_json),
+                                    .cpu_kernel = (char *)kernel};
+        np_output_gpu_launch(out, &now, NP_GPU_PENDING);
+    }
+}
+
+static void on_launch(struct np_ingest *in, struct np_ingest_proc *p, const struct np_launch *l,
+                      struct np_stack_texts *stack) {
+    struct np_session *s = session_of(in);
+    struct np_target *t = np_target_of_ingest(p);
+    struct np_output *out = np_session_output_for(s, t);
+    if (!out)
+        return;
+    if (l->is_nccl_op) {
+        if (l->nccl_internal)
+            return;
+        t->nccl_ops++;
+        np_launch_count_nccl_op(&s->nccl_comms, l);
+        np_output_nccl_op(out, l, stack);
+        return;
+    }
+    char buf[600];
+    const char *kernel = np_launch_kernel_name(t->kernels, p->sym, l, stack, buf, sizeof(buf));
+    if (l->def->layout == NP_LAYOUT_NCCL_LAUNCH)
+        np_launch_add_nccl_kernel(&s->nccl_comms, l, kernel, stack);
+    if (l->nested)
+        t->nested++;
+    else
+        t->launches++;
+    write_launch(s, t, out, l, stack, kernel);
+}
+
+static void on_handle(struct np_ingest *in, struct np_ingest_proc *p,
+                      const struct np_probe_site *site, const struct np_handle_event *h) {
+    (void)in;
+    struct np_target *t = np_target_of_ingest(p);
+    int err = t->kernels ? np_kernel_names_on_handle(t->kernels, p->sym, site->def, h) : 0;
+    if (err)
+        np_warn("pid %d: cannot record kernel handle: %s", t->proc.pid, strerror(-err));
+}
+
+static void on_marker(struct np_ingest *in, const struct np_marker_event *m) {
+    struct np_session *s = session_of(in);
+    if (s->gpu_join)
+        np_gpu_join_marker(s->gpu_join, m->hdr.pid, m->hdr.tid, m->correlation_id, m->domain,
+                           m->hdr.ts_ns);
+}
+
+static const struct np_ingest_ops ingest_ops = {
+    .find = find_proc,
+    .recording = recording,
+    .new_mapping = new_mapping,
+    .launch = on_launch,
+    .handle = on_handle,
+    .marker = on_marker,
+};
+
+void np_session_setup_ingest(struct np_session *s) {
+    s->ingest.attacher = &s->attacher;
+    s->ingest.ops = &ingest_ops;
+    s->ingest.fp_fallback = s->opt.unwind == UNWIND_AUTO;
+    s->ingest.inline_folded = s->opt.inline_frames;
+    s->ingest.python_mode = s->opt.python;
+}

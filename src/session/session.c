@@ -1,0 +1,218 @@
+/* session.c - the tracing session shared by record and the daemon (see
+ * session.h): signals, BPF loading, counters, draining and freeing. */
+#define _GNU_SOURCE
+#include "session/session.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "attach/uprobe_multi.h"
+#include "correlate/gpu.h"
+#include "ingest/gpu_socket.h"
+#include "lib/util.h"
+#include "ncclprobe.skel.h"
+#include "session/preflight.h"
+#include "session/target.h"
+
+static bool verbose; /* -v: libbpf's own messages too */
+
+void np_session_set_verbose(bool v) {
+    verbose = v;
+}
+
+int np_session_setup_signals(struct np_session *s, int extra) {
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, extra);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    s->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (s->sigfd < 0)
+        return -errno;
+    return np_session_watch(s->epfd, s->sigfd, NP_TAG_SIGNAL);
+}
+
+int np_session_watch(int epfd, int fd, uint64_t tag) {
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = tag};
+    return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+}
+
+/* ---- BPF -------------------------------------------------------------- */
+
+/* libbpf's warnings (a whole verifier log on a load failure) only with -v:
+ * our own error line says what failed. */
+static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list ap) {
+    if (level == LIBBPF_DEBUG || !verbose)
+        return 0;
+    return vfprintf(stderr, fmt, ap);
+}
+
+/* Opens and loads the BPF object; with_multi loads the uprobe_multi copies
+ * of the programs too (Linux 6.6+). */
+static int load_bpf(struct np_session *s, bool with_multi) {
+    char btf[4096];
+    LIBBPF_OPTS(bpf_object_open_opts, open_opts);
+    if (strcmp(np_btf_path(btf, sizeof(btf)), "/sys/kernel/btf/vmlinux") != 0)
+        open_opts.btf_custom_path = btf;
+
+    s->skel = ncclprobe_bpf__open_opts(&open_opts);
+    if (!s->skel) {
+        int err = -errno;
+        np_err("cannot open the BPF object: %s", strerror(-err));
+        return err;
+    }
+    struct bpf_program *multi[] = {s->skel->progs.np_entry_multi, s->skel->progs.np_return_multi};
+    for (size_t i = 0; i < NP_ARRAY_SIZE(multi); i++) {
+        if (with_multi)
+            bpf_program__set_expected_attach_type(multi[i], NP_BPF_TRACE_UPROBE_MULTI);
+        else
+            bpf_program__set_autoload(multi[i], false);
+    }
+    s->skel->rodata->wakeup_bytes = (__u64)s->opt.wakeup_kb * 1024;
+    s->skel->rodata->stack_bytes = s->opt.unwind == UNWIND_FP ? 0 : (__u32)s->opt.stack_bytes;
+    int ncpus = libbpf_num_possible_cpus();
+    if (ncpus > 0)
+        bpf_map__set_max_entries(s->skel->maps.launch_scratch, (__u32)ncpus);
+    bpf_map__set_max_entries(s->skel->maps.events, (__u32)(s->opt.ring_mb << 20));
+    int err = ncclprobe_bpf__load(s->skel);
+    if (err) {
+        ncclprobe_bpf__destroy(s->skel);
+        s->skel = NULL;
+    }
+    return err;
+}
+
+int np_session_setup_bpf(struct np_session *s) {
+    libbpf_set_print(libbpf_print);
+    long max_stack = np_perf_event_max_stack();
+    if (s->opt.unwind == UNWIND_FP && max_stack > 0 && max_stack < NP_MAX_STACK)
+        np_warn("kernel.perf_event_max_stack is %ld: frame-pointer stacks deeper than that are "
+                "cut (marked [truncated]); raise it to %d, or use --unwind dwarf",
+                max_stack, NP_MAX_STACK);
+    bool multi = true;
+    int err = load_bpf(s, true);
+    if (err) {
+        np_debug("no uprobe_multi links on this kernel (%s): one link per probe", strerror(-err));
+        multi = false;
+        err = load_bpf(s, false);
+    }
+    if (err) {
+        np_err("cannot load the BPF programs: %s (is this kernel 5.15 or newer, with BPF "
+               "ring buffers and uprobe cookies?)",
+               strerror(-err));
+        return err;
+    }
+    s->rb = ring_buffer__new(bpf_map__fd(s->skel->maps.events), np_ingest_record, &s->ingest, NULL);
+    if (!s->rb)
+        return -errno;
+    np_attacher_init(&s->attacher, s->skel, multi);
+    return np_session_watch(s->epfd, ring_buffer__epoll_fd(s->rb), NP_TAG_RING);
+}
+
+static int sum_percpu(int map_fd, __u32 key, int ncpus, uint64_t *out) {
+    uint64_t vals[ncpus];
+    if (bpf_map_lookup_elem(map_fd, &key, vals) < 0)
+        return -errno;
+    uint64_t sum = 0;
+    for (int i = 0; i < ncpus; i++)
+        sum += vals[i];
+    *out = sum;
+    return 0;
+}
+
+/* ---- results -------------------------------------------------------------- */
+
+uint64_t np_session_counter(struct np_session *s, __u32 which) {
+    return np_session_probe_counter(s->skel->maps.counters, which);
+}
+
+static uint64_t records_sent_by_bpf(struct np_session *s) {
+    return np_session_counter(s, NP_CNT_LAUNCH_SENT) + np_session_counter(s, NP_CNT_HANDLE_SENT) +
+           np_session_counter(s, NP_CNT_MAP_SENT) + np_session_counter(s, NP_CNT_MARKER_SENT) +
+           np_session_counter(s, NP_CNT_NCCL_PLAN_SENT);
+}
+
+uint64_t np_session_records_received(const struct np_session *s) {
+    const struct np_ingest_stats *st = &s->ingest.stats;
+    return st->launch_events + st->not_recorded + st->handle_events + st->map_events +
+           st->marker_events + st->nccl_plan_events + st->malformed + st->unknown_source;
+}
+
+/* Stop the probes (BPF's `stopped` switch: nothing is counted or sent
+ * from then on), then read until everything BPF sent has arrived - a probe
+ * that was mid-flight when the switch flipped still delivers. Then the
+ * counts add up (hits = captured + dropped). Removing the uprobes, which
+ * is slow, happens afterwards. */
+
+/* Every launch hit has been sent or counted as dropped, and everything
+ * sent has been read. A program that passed the `stopped` check before the
+ * switch flipped may still be running (uprobe programs can be preempted). */
+static bool drained(struct np_session *s) {
+    uint64_t hits = np_session_counter(s, NP_CNT_LAUNCH_HITS);
+    uint64_t done =
+        np_session_counter(s, NP_CNT_LAUNCH_SENT) + np_session_counter(s, NP_CNT_LAUNCH_DROPPED);
+    return hits == done && np_session_records_received(s) >= records_sent_by_bpf(s);
+}
+
+void np_session_stop_and_drain(struct np_session *s) {
+    s->skel->bss->stopped = 1;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    s->ingest.budget = 0;
+    for (int i = 0; i < 200; i++) {
+        ring_buffer__consume(s->rb);
+        if (drained(s))
+            return;
+        usleep(1000);
+    }
+    np_warn("%llu records still in flight after stopping",
+            (unsigned long long)(records_sent_by_bpf(s) - np_session_records_received(s)));
+}
+
+uint64_t np_session_probe_counter(struct bpf_map *map, uint32_t id) {
+    int ncpus = libbpf_num_possible_cpus();
+    uint64_t n = 0;
+    if (ncpus > 0)
+        sum_percpu(bpf_map__fd(map), id, ncpus, &n);
+    return n;
+}
+
+void np_session_free(struct np_session *s) {
+    if (s->skel)
+        np_attacher_destroy(&s->attacher);
+    ring_buffer__free(s->rb);
+    s->rb = NULL;
+    ncclprobe_bpf__destroy(s->skel);
+    s->skel = NULL;
+    np_gpu_server_close(s->gpu_server);
+    s->gpu_server = NULL;
+    np_gpu_join_free(s->gpu_join);
+    s->gpu_join = NULL;
+    free(s->gpu_closed);
+    s->gpu_closed = NULL;
+    for (size_t i = 0; i < s->ntargets; i++)
+        np_target_free(s->targets[i]);
+    free(s->targets);
+    s->targets = NULL;
+    s->ntargets = 0;
+    if (s->ingest.raw_dump)
+        fclose(s->ingest.raw_dump);
+    s->ingest.raw_dump = NULL;
+    np_ingest_free(&s->ingest);
+    np_nccl_comms_free(&s->nccl_comms);
+    np_str_free(&s->held_json);
+    if (s->epfd >= 0)
+        close(s->epfd);
+    if (s->sigfd >= 0)
+        close(s->sigfd);
+    s->epfd = s->sigfd = -1;
+}

@@ -1,0 +1,117 @@
+/* session.h - a tracing session: the BPF object and its ring buffer, the
+ * probe registry, the traced processes, the ingest pipeline, the GPU side
+ * (the CUPTI library's socket and the launch <-> GPU record join), and
+ * where records go. `ncclprobe record` runs one session over a fixed set of
+ * processes and one output directory; `ncclprobe daemon` runs one for the
+ * whole machine, adding and dropping processes and routing each one's
+ * records to its current output set (struct np_sink_ops).
+ *
+ * The session is the only place that knows every stage: ingest hands it
+ * decoded records (route.c), it names and correlates them (correlate/) and
+ * hands them to the writers. Files: session.c (signals, BPF, counters,
+ * draining), targets.c and target.c (the traced processes), route.c
+ * (records to the writers), gpu.c (the GPU side), summary.c (summary.json),
+ * settings.c (the one table of settings of record and the daemon),
+ * preflight.c (checks before anything is loaded). */
+#ifndef NP_SESSION_H
+#define NP_SESSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "attach/attach.h"
+#include "correlate/nccl_comms.h"
+#include "ingest/ingest.h"
+#include "lib/util.h"
+#include "ncclprobe/events.h"
+#include "session/settings.h"
+
+struct bpf_map;
+struct np_target;
+struct np_gpu_server;
+struct np_gpu_join;
+struct np_output;
+struct np_session;
+
+/* Where a session's records go when it has more than one output (the
+ * daemon: one output set per process and window). Without it every record
+ * goes to s->out. */
+struct np_sink_ops {
+    /* The output a target's records go to now; NULL: not recorded now. */
+    struct np_output *(*output_for)(struct np_session *s, struct np_target *t);
+    /* A launch written to out waits in the GPU join for its records ... */
+    void (*held)(struct np_session *s, struct np_output *out);
+    /* ... and has been written (its records came, or stopped coming). */
+    void (*retired)(struct np_session *s, struct np_output *out);
+};
+
+struct np_session {
+    struct np_settings opt;
+    struct ncclprobe_bpf *skel;
+    struct ring_buffer *rb;
+    struct np_attacher attacher;
+    struct np_target **targets;
+    size_t ntargets;
+    struct np_output *out;          /* record: the one output; the daemon: NULL (sink) */
+    const struct np_sink_ops *sink; /* NULL: everything to out */
+    struct np_ingest ingest;
+    struct np_nccl_comms nccl_comms; /* per-communicator totals */
+    struct np_str held_json;         /* a launch's JSON while the join holds it */
+    int epfd, sigfd;
+    uint64_t start_ns, start_realtime_ns;
+    const char *stop_reason;
+    bool backlog;                     /* the last slice stopped with records still queued */
+    struct np_gpu_server *gpu_server; /* the CUPTI library's socket; NULL: none */
+    struct np_gpu_join *gpu_join;
+    pid_t *gpu_closed; /* processes whose library disconnected, not yet finished */
+    size_t ngpu_closed;
+};
+
+/* epoll tags of the session's fds; a target's pidfd is NP_TAG_TARGET + pid. */
+enum { NP_TAG_RING = 0, NP_TAG_SIGNAL = 1, NP_TAG_GPU = 2, NP_TAG_EXTRA = 3, NP_TAG_TARGET = 64 };
+
+void np_session_set_verbose(bool verbose);
+/* SIGINT, SIGTERM and `extra` (record: SIGCHLD, the daemon: SIGHUP) arrive
+ * on s->sigfd, watched by the loop; SIGPIPE is ignored (a socket peer that
+ * left is an error return, not our death). */
+int np_session_setup_signals(struct np_session *s, int extra);
+int np_session_watch(int epfd, int fd, uint64_t tag);
+
+/* ---- targets (targets.c) ---- */
+struct np_target *np_session_find_target(struct np_session *s, pid_t pid);
+int np_session_add_target(struct np_session *s, pid_t pid, struct np_target **out);
+/* The process exited: its pidfd is no longer watched, BPF forgets it. */
+void np_session_target_exited(struct np_session *s, struct np_target *t);
+/* Frees an exited target and removes it from the list (the daemon). */
+void np_session_remove_target(struct np_session *s, struct np_target *t);
+bool np_session_all_targets_gone(const struct np_session *s);
+int np_session_ensure_symbolizer(struct np_target *t);
+void np_session_detect_python(struct np_session *s, struct np_target *t);
+/* A target mapped new code: probe it, refresh its symbols. */
+void np_session_on_new_mapping(struct np_session *s, struct np_target *t, uint64_t ts_ns);
+
+/* ---- records (route.c) ---- */
+/* Sets up s->ingest to hand its records to this session. */
+void np_session_setup_ingest(struct np_session *s);
+/* The output a target's records go to now (s->out, or the sink's). */
+struct np_output *np_session_output_for(struct np_session *s, struct np_target *t);
+
+/* ---- BPF, GPU ---- */
+int np_session_setup_bpf(struct np_session *s);
+int np_session_setup_gpu(struct np_session *s);
+/* Once per loop: GPU clients that closed (when the ring is read: !backlog),
+ * launches whose records stopped coming, clients that never said hello. */
+void np_session_gpu_tick(struct np_session *s, bool ring_read);
+uint64_t np_session_counter(struct np_session *s, __u32 which);
+/* Sums a per-CPU per-probe counter map (probe_hits, probe_drops, probe_limited). */
+uint64_t np_session_probe_counter(struct bpf_map *map, uint32_t id);
+uint64_t np_session_records_received(const struct np_session *s);
+void np_session_stop_and_drain(struct np_session *s);
+void np_session_finish_gpu(struct np_session *s);
+/* summary.json of the session at path (record). */
+int np_session_write_summary(struct np_session *s, const char *path);
+/* Releases everything but opt (the caller's). */
+void np_session_free(struct np_session *s);
+
+#endif

@@ -1,0 +1,224 @@
+/* targets.c - the processes a session traces: adding one (identity,
+ * pidfd, kernel-name table), its symbolizer and unwinder, handing a CPython
+ * process's layout to the BPF frame walker, probing what it maps later, its
+ * exit (see session.h), and its entry in summary.json (target.h). */
+#define _GNU_SOURCE
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "correlate/kernels.h"
+#include "lib/json.h"
+#include "lib/util.h"
+#include "ncclprobe.skel.h"
+#include "session/session.h"
+#include "session/target.h"
+#include "symbolize/pycode.h"
+#include "symbolize/symbolize.h"
+#include "unwind/unwind.h"
+
+struct np_target *np_session_find_target(struct np_session *s, pid_t pid) {
+    for (size_t i = 0; i < s->ntargets; i++)
+        if (s->targets[i]->proc.pid == pid)
+            return s->targets[i];
+    return NULL;
+}
+
+int np_session_add_target(struct np_session *s, pid_t pid, struct np_target **out) {
+    struct np_target *t = NULL;
+    int err = np_target_new(pid, &t);
+    if (err)
+        return err;
+    struct np_target **targets = realloc(s->targets, (s->ntargets + 1) * sizeof(*targets));
+    if (!targets) {
+        np_target_free(t);
+        return -ENOMEM;
+    }
+    s->targets = targets;
+    t->kernels = np_kernel_names_new();
+    err = t->kernels ? 0 : -ENOMEM;
+    if (!err && t->pidfd >= 0)
+        err = np_session_watch(s->epfd, t->pidfd, NP_TAG_TARGET + (uint64_t)pid);
+    if (err) {
+        np_target_free(t);
+        return err;
+    }
+    s->targets[s->ntargets++] = t;
+    *out = t;
+    return 0;
+}
+
+/* The symbolizer (and the unwinder that uses its modules) of a target,
+ * refreshed now - while the process surely lives - when it exists. */
+int np_session_ensure_symbolizer(struct np_target *t) {
+    if (t->in.sym)
+        return np_symbolizer_refresh(t->in.sym);
+    int err = np_symbolizer_new(t->proc.pid, &t->in.sym);
+    if (!err && !(t->in.unwinder = np_unwinder_new(t->in.sym)))
+        err = -ENOMEM;
+    return err;
+}
+
+/* Hands a Python target's layout to the BPF frame walker and creates the
+ * reader of its code objects; once per process, after the runtime is found. */
+static void enable_python(struct np_session *s, struct np_target *t) {
+    if (!t->proc.python.found || t->python_walked || s->opt.python == NP_PYTHON_OFF)
+        return;
+    const struct np_python_layout *l = &t->proc.python.layout;
+    if (!l->walkable) {
+        if (!t->python_refused)
+            np_warn("pid %d (%s): %s", t->proc.pid, t->comm, l->why_not);
+        t->python_refused = true;
+        return;
+    }
+    struct np_py_cfg cfg = l->bpf;
+    cfg.max_frames = (__u32)s->opt.python_depth;
+    cfg.hold = t->proc.hold_loads;
+    __u32 key = (__u32)t->proc.pid;
+    int err =
+        bpf_map__update_elem(s->skel->maps.py_procs, &key, sizeof(key), &cfg, sizeof(cfg), BPF_ANY);
+    if (!err && !(t->in.pycode = np_pycode_new(t->proc.pid, l)))
+        err = -ENOMEM;
+    if (err) {
+        np_warn("pid %d (%s): no Python frames: %s", t->proc.pid, t->comm, strerror(-err));
+        return;
+    }
+    t->python_walked = true;
+    np_info("pid %d (%s): Python %u.%u frames (offsets from %s)", t->proc.pid, t->comm,
+            t->proc.python.major, t->proc.python.minor,
+            l->from_debug_offsets ? "its _Py_DebugOffsets" : "the built-in table");
+}
+
+void np_session_detect_python(struct np_session *s, struct np_target *t) {
+    np_process_detect_python(&t->proc);
+    enable_python(s, t);
+}
+
+/* A target mapped new code: refresh its symbols and probe what is new. */
+void np_session_on_new_mapping(struct np_session *s, struct np_target *t, uint64_t ts_ns) {
+    if (t->exited)
+        return;
+    /* Probes first: the program runs on while we work, and its first
+     * launch may come within milliseconds of the dlopen. Symbols after:
+     * records are read in order, so the refresh still comes before the
+     * records that need it. */
+    int n = np_attach_from_maps(&s->attacher, &t->proc, ts_ns);
+    if (!t->in.sym) /* the first load of a -- CMD child: it has exec'd since we forked it */
+        np_target_refresh_identity(t);
+    np_session_detect_python(s, t);
+    np_session_ensure_symbolizer(t);
+    np_ingest_proc_forget_stacks(&t->in); /* addresses may name other functions now */
+    if (t->proc.hold_loads)
+        np_continue_stopped(t->proc.pid, 20); /* held at the load by BPF: probes are in place */
+    if (n > 0)
+        np_info("pid %d (%s): %d more probes attached after a library was loaded", t->proc.pid,
+                t->comm, n);
+    else if (n < 0 && n != -ESRCH)
+        np_warn("pid %d: cannot attach to new libraries: %s", t->proc.pid, strerror(-n));
+}
+
+bool np_session_all_targets_gone(const struct np_session *s) {
+    for (size_t i = 0; i < s->ntargets; i++)
+        if (!s->targets[i]->exited)
+            return false;
+    return s->ntargets > 0;
+}
+
+void np_session_target_exited(struct np_session *s, struct np_target *t) {
+    if (t->exited)
+        return;
+    t->exited = true;
+    if (t->pidfd >= 0)
+        epoll_ctl(s->epfd, EPOLL_CTL_DEL, t->pidfd, NULL);
+    if (t->python_walked) { /* the pid may be reused by a process that is not this one */
+        __u32 key = (__u32)t->proc.pid;
+        bpf_map__delete_elem(s->skel->maps.py_procs, &key, sizeof(key), 0);
+    }
+    np_debug("process %d (%s) exited", t->proc.pid, t->comm);
+}
+
+void np_session_remove_target(struct np_session *s, struct np_target *t) {
+    for (size_t i = 0; i < s->ntargets; i++) {
+        if (s->targets[i] != t)
+            continue;
+        np_session_target_exited(s, t);
+        np_target_free(t);
+        s->targets[i] = s->targets[--s->ntargets];
+        return;
+    }
+}
+
+/* summary.json's targets[] entry of a process: identity, counts, its
+ * CPython runtime, its CUPTI library's state and its probed libraries. */
+cJSON *np_target_json(const struct np_target *t) {
+    cJSON *o = cJSON_CreateObject();
+    np_json_add_u64(o, "pid", (uint64_t)t->proc.pid);
+    np_json_add_text(o, "comm", t->comm);
+    np_json_add_text(o, "exe", t->exe);
+    cJSON_AddBoolToObject(o, "exited", t->exited);
+    np_json_add_u64(o, "launches", t->launches);
+    np_json_add_u64(o, "nested_launches", t->nested);
+    np_json_add_u64(o, "nccl_ops", t->nccl_ops);
+    if (t->proc.python.found) {
+        cJSON *py = cJSON_AddObjectToObject(o, "python");
+        char text[64];
+        snprintf(text, sizeof(text), "%u.%u.%u", t->proc.python.major, t->proc.python.minor,
+                 t->proc.python.micro);
+        np_json_add_text(py, "version", t->proc.python.version_hex ? text : "");
+        snprintf(text, sizeof(text), "%u.%u", t->proc.python.major, t->proc.python.minor);
+        np_json_add_text(py, "minor_version", text);
+        np_json_add_text(py, "runtime_file", t->proc.python.path);
+        cJSON_AddBoolToObject(py, "shared", t->proc.python.shared);
+        cJSON_AddBoolToObject(py, "free_threaded", t->proc.python.free_threaded);
+        snprintf(text, sizeof(text), "0x%" PRIx64, t->proc.python.runtime_addr);
+        np_json_add_text(py, "runtime_address", text);
+        /* "walked", "off" (--python off) or why they cannot be */
+        np_json_add_text(py, "frames",
+                         t->python_walked                   ? "walked"
+                         : t->proc.python.layout.why_not[0] ? t->proc.python.layout.why_not
+                                                            : "off");
+        np_json_add_text(py, "offsets_from",
+                         t->proc.python.layout.from_debug_offsets ? "_Py_DebugOffsets" : "table");
+    }
+    if (t->proc.gpu_marker) {
+        static const char *const states[] = {"active", "cupti_busy", "cupti_failed"};
+        cJSON *g = cJSON_AddObjectToObject(o, "cupti");
+        np_json_add_text(g, "status",
+                         !t->gpu_hello ? "no_connection"
+                                       : states[t->gpu_status < 3 ? t->gpu_status : 2]);
+        np_json_add_text(g, "message", t->gpu_message);
+        cJSON_AddNumberToObject(g, "clock_offset_ns", (double)t->gpu_clock_offset_ns);
+        const struct np_wire_stats *st = &t->gpu_stats;
+        np_json_add_u64(g, "records_sent", st->records_sent);
+        np_json_add_u64(g, "dropped_by_cupti", st->dropped_by_cupti);
+        np_json_add_u64(g, "dropped_queue_full", st->dropped_queue_full);
+        np_json_add_u64(g, "dropped_no_daemon", st->dropped_no_daemon);
+        np_json_add_u64(g, "dropped_no_buffer", st->dropped_no_buffer);
+        np_json_add_u64(g, "records_unknown", st->records_unknown);
+    }
+    cJSON *libs = cJSON_AddArrayToObject(o, "libraries");
+    for (size_t i = 0; i < t->proc.nlibs; i++) {
+        const struct np_library *l = &t->proc.libs[i];
+        cJSON *lj = cJSON_CreateObject();
+        np_json_add_text(lj, "path", l->path);
+        np_json_add_text(lj, "build_id", l->build_id);
+        np_json_add_u64(lj, "probes_attached", (uint64_t)l->probes_ok);
+        np_json_add_u64(lj, "probes_failed", (uint64_t)l->probes_failed);
+        if (l->first_error)
+            np_json_add_text(lj, "error", strerror(-l->first_error));
+        cJSON_AddBoolToObject(lj, "loaded_after_attach", l->late);
+        cJSON_AddBoolToObject(lj, "cuda", l->cuda);
+        if (l->late && l->attached_ns >= l->seen_ns)
+            cJSON_AddNumberToObject(lj, "attach_latency_ms",
+                                    (double)(l->attached_ns - l->seen_ns) / 1e6);
+        cJSON_AddItemToArray(libs, lj);
+    }
+    return o;
+}
