@@ -33,8 +33,9 @@ CPPFLAGS := -Iinclude -Isrc -I$(BUILD) -I$(BUILD)/gen
 LIBS     := -lbpf -ldw -lelf -lz -lcjson -lprotobuf-c -lstdc++ -lpthread
 
 BPF_SRC  := bpf/ncclprobe.bpf.c
-# src/cupti/ is the injection library that runs inside the target, not part of the daemon.
-SRCS     := $(sort $(filter-out src/cupti/%,$(wildcard src/*/*.c)))
+# src/cupti/ is the injection library that runs inside the target, not part of the daemon;
+# so is src/inject/stub.c, the injector's stub (built alone: "the injector's stub" below).
+SRCS     := $(sort $(filter-out src/cupti/% src/inject/stub.c,$(wildcard src/*/*.c)))
 CUPTI_SRCS := $(sort $(wildcard src/cupti/*.c))
 # pprof's profile.proto (src/writers/profile.proto, from github.com/google/pprof),
 # compiled by protobuf-c into $(BUILD)/gen.
@@ -108,6 +109,37 @@ $(CUPTI_OBJS): $(BUILD)/obj/cupti/%.o: src/cupti/%.c $(wildcard src/cupti/*.h) i
 $(BUILD)/libncclprobe_cupti.so: $(CUPTI_OBJS)
 	$(CC) $(CFLAGS) $(CUPTI_SANFLAGS) -shared -o $@ $^ -ldl -lpthread
 
+# ---- the injector's stub (src/inject/, docs/inject.md) ----------------------
+# The code np_inject_agent runs inside a target: freestanding and position
+# independent, linked flat by stub.lds (data, bss, GOT or relocations fail the
+# link) and built into the injector as np_stub_blob[] (stub_blob.c, .incbin).
+# Only pc-relative relocations may appear before the link: the blob runs
+# wherever the code cave is. Not the sanitizers' flags: it runs in the target.
+STUB_C := src/inject/stub.c
+STUB_DIR := $(BUILD)/stub
+STUB_CFLAGS := -Os -fPIE -ffreestanding -fno-builtin -nostdlib -fno-stack-protector \
+	-fno-asynchronous-unwind-tables -fno-unwind-tables -fcf-protection=none -fno-jump-tables \
+	-fno-tree-loop-distribute-patterns -fno-exceptions -mno-red-zone $(WARN) -Isrc
+
+$(STUB_DIR)/stub.o: $(STUB_C) src/inject/stub_abi.h
+	@mkdir -p $(@D)
+	$(CC) $(STUB_CFLAGS) -c $< -o $@
+
+$(STUB_DIR)/stub_entry.o: src/inject/stub_entry.S src/inject/stub_abi.h
+	@mkdir -p $(@D)
+	$(CC) $(STUB_CFLAGS) -c $< -o $@
+
+$(STUB_DIR)/stub.bin: $(STUB_DIR)/stub_entry.o $(STUB_DIR)/stub.o src/inject/stub.lds
+	@if readelf -rW $(STUB_DIR)/stub_entry.o $(STUB_DIR)/stub.o | \
+		grep -E '^[0-9a-f]+ ' | grep -vE 'R_X86_64_(PC32|PLT32)'; then \
+		echo "stub: an absolute relocation" >&2; exit 1; fi
+	ld -nostdlib -static -T src/inject/stub.lds --orphan-handling=error --no-undefined \
+		-o $(STUB_DIR)/stub.elf $(STUB_DIR)/stub_entry.o $(STUB_DIR)/stub.o
+	objcopy -O binary -j .stub $(STUB_DIR)/stub.elf $@
+
+$(BUILD)/obj/inject/stub_blob.o: $(STUB_DIR)/stub.bin
+$(BUILD)/obj/inject/stub_blob.o: CPPFLAGS += -DNP_STUB_BIN='"$(STUB_DIR)/stub.bin"'
+
 # ---- workloads -------------------------------------------------------------
 $(BUILD)/progs/.built: $(wildcard tests/progs/*)
 	$(MAKE) -C tests/progs O=$(abspath $(BUILD))/progs CUDA_HOME=$(CUDA_HOME)
@@ -127,6 +159,12 @@ $(BUILD)/unit_tests: tests/unit/unit_tests.c tests/unit/check.h $(UNIT_SRCS:src/
 
 # Checks the CPython line-table decoders against the interpreters (tests/test_pylines.py).
 $(BUILD)/pyline_check: tests/progs/pyline_check.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
+	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
+
+# The injector alone, with a test library (tests/test_inject.py): a test driver, not a command.
+# Linked with the objects of inject's level and below (inject, attach, lib: check-layers).
+INJECT_CHECK_OBJS := $(filter $(BUILD)/obj/inject/% $(BUILD)/obj/attach/% $(BUILD)/obj/lib/%,$(OBJS))
+$(BUILD)/inject_check: tests/progs/inject_check.c $(INJECT_CHECK_OBJS)
 	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
 
 $(BUILD)/unwind_bench: bench/unwind_bench.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
@@ -151,17 +189,22 @@ $(BUILD)/fault_unit: tests/unit/fault_unit.c tests/unit/check.h $(UNIT_SRCS:src/
 $(BUILD)/recording_unit: tests/unit/recording_unit.c tests/unit/check.h $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
 	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $(filter-out %.h,$^) $(LIBS)
 
+# The CUPTI socket's server on connections handed over, and NAMES frames.
+$(BUILD)/gpu_socket_unit: tests/unit/gpu_socket_unit.c tests/unit/check.h $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
+	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $(filter-out %.h,$^) $(LIBS)
+
 test-unit: $(BUILD)/unit_tests $(BUILD)/merge_unit $(BUILD)/config_unit $(BUILD)/ctl_unit \
-		$(BUILD)/fault_unit $(BUILD)/recording_unit
+		$(BUILD)/fault_unit $(BUILD)/recording_unit $(BUILD)/gpu_socket_unit
 	$(BUILD)/unit_tests
 	$(BUILD)/merge_unit
 	$(BUILD)/config_unit
 	$(BUILD)/ctl_unit
 	$(BUILD)/fault_unit
 	$(BUILD)/recording_unit
+	$(BUILD)/gpu_socket_unit
 
 E2E_DEPS := $(BUILD)/ncclprobe $(CUPTI_LIB) $(BUILD)/progs/.built $(BUILD)/demo/.built \
-	$(BUILD)/pyline_check
+	$(BUILD)/pyline_check $(BUILD)/inject_check
 
 test-e2e: $(E2E_DEPS)
 	NCCLPROBE_BUILD=$(abspath $(BUILD)) $(PYTHON) -m pytest -q -rs tests/
@@ -210,8 +253,9 @@ bench: $(BUILD)/ncclprobe $(BUILD)/progs/.built $(BUILD)/unwind_bench $(BUILD)/j
 	bench/nccl.sh $(BUILD)
 	bench/daemon.sh $(BUILD)
 	bench/merge.sh $(BUILD)
+	$(PYTHON) bench/inject.py --build $(BUILD)
 
-FORMATTED := $(BPF_SRC) bpf/discover.bpf.c $(SRCS) $(HEADERS) $(CUPTI_SRCS) tests/unit/*.[ch] $(wildcard tests/progs/*.[ch] \
+FORMATTED := $(BPF_SRC) bpf/discover.bpf.c $(SRCS) $(STUB_C) $(HEADERS) $(CUPTI_SRCS) tests/unit/*.[ch] $(wildcard tests/progs/*.[ch] \
 	tests/progs/*.cc tools/demo/*.[ch] tools/demo/standin/*.[ch] bench/*.c)
 
 format:

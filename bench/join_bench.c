@@ -44,8 +44,9 @@ int main(int argc, char **argv) {
         uint32_t end = base + batch < n ? base + batch : n;
         for (uint32_t i = base; i < end; i++) {
             uint32_t tid = 1000 + i % threads;
-            np_gpu_join_launch(j, 42, tid, i % 97 + 1, "{\"ts_ns\":1,\"pid\":42", "k", true, 0,
-                               NULL, clock);
+            struct np_gpu_held held = {
+                .stack_id = i % 97 + 1, .json = "{\"ts_ns\":1,\"pid\":42", .cpu_kernel = "k"};
+            np_gpu_join_launch(j, 42, tid, &held, true, clock);
             np_gpu_join_marker(j, 42, tid, 2 * i + 1, 2, clock);
             np_gpu_join_marker(j, 42, tid, 2 * i + 2, 1, clock);
         }

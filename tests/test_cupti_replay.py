@@ -114,6 +114,21 @@ def test_correlation_ids_unique_and_ordered_across_threads():
     assert sorted(sum(per_thread, [])) == list(range(1, 401))
 
 
+def test_a_late_subscriber_sees_only_what_comes_after():
+    # the driver ran before anyone subscribed (a library loaded into a running process):
+    # those calls reached nobody, their records were not queued; ids went on counting
+    out = check("subscribed", f"api:{DRIVER}:{CBID_CU_LAUNCH}", "kernel:1:early:1:2",
+                "subscribe:late", "subscribed", "register", f"domain:{DRIVER}",
+                f"enable:{KIND_CONCURRENT_KERNEL}",
+                f"api:{DRIVER}:{CBID_CU_LAUNCH}", "kernel:2:late:3:4", "flush")
+    assert [x["value"] for x in ops(out, "subscribed")] == [0, 1]
+    assert [a["corr"] for a in ops(out, "api")] == [1, 2]
+    assert [(c["corr"], c["site"]) for c in events(out, "callback")] == [(2, "enter"),
+                                                                       (2, "exit")]
+    assert rcs(out, "kernel") == [-1, 0]
+    assert [(r["corr"], r["name"]) for r in events(out, "record")] == [(2, "late")]
+
+
 def scripted(out):
     """The records delivered, in delivery order."""
     return events(out, "record")

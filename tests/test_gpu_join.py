@@ -307,8 +307,8 @@ def test_cupti_option_injects_the_library_into_the_command(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lib, _, path = proc.stdout.strip().partition("|")
     assert Path(lib).resolve() == CUPTI_LIB.resolve() and path == str(sock)
-    bad = run_ncclprobe(["record", "--cupti", "--pid", os.getpid()])
-    assert bad.returncode == 2 and "--cupti needs -- CMD" in bad.stderr
+    bad = run_ncclprobe(["record", "--cupti", "--no-gpu", "--", "true"])
+    assert bad.returncode == 2 and "--cupti needs ncclprobe to listen" in bad.stderr
 
 
 def test_idle_and_excess_connections_are_closed(tmp_path):

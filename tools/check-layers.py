@@ -32,7 +32,7 @@ LEVELS = {
     "lib": 0,
     "ncclprobe": 1, "skel": 1,  # include/ncclprobe and the generated BPF skeletons
     "cupti": 1.5,
-    "attach": 2,
+    "attach": 2, "inject": 2,  # inject: the live library injector, uses attach's ELF/maps
     "unwind": 3, "symbolize": 3,
     "ingest": 4,
     "correlate": 5,

@@ -8,9 +8,14 @@ what fired, to answer what no CPU-only test can:
 - a torch.compile'd (Triton) function: Triton launches through cuLaunchKernel;
 - torch.distributed with NCCL, world size 1: what the NCCL probes see;
 - whether libcudart's launches reach libcuda's exported cuLaunchKernel*
-  (then ncclprobe reports them as nested, not twice).
+  (then ncclprobe reports them as nested, not twice);
+- the live path (issue 18): a PyTorch process already running eager, CUDA
+  graph and Triton work, with no CUPTI library at its start, gets
+  libncclprobe_cupti.so loaded by `ncclprobe record --pid P --cupti`: its
+  kernels must come named, with GPU times, graph replays with every kernel,
+  and the process must go on unharmed (it checks its own results).
 
-    sudo tools/gpu-check.py [--ncclprobe build/ncclprobe] [--out DIR]
+    sudo tools/gpu-check.py [--ncclprobe build/ncclprobe] [--out DIR] [--skip-live]
 
 Prints a Markdown report and writes it to DIR/gpu-check.md."""
 
@@ -20,6 +25,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 WORKLOAD = r'''
@@ -75,12 +81,108 @@ except Exception as exc:
 '''
 
 
+LIVE_WORKLOAD = r'''
+import signal, sys, time
+import torch
+
+dev = torch.device("cuda")
+torch.manual_seed(0)
+x = torch.randn(512, 512, device=dev)
+
+def step(a):
+    return torch.softmax(a @ a + 1.0, dim=-1)
+
+expected = step(x).sum().item()
+static_in = x.clone()
+g = torch.cuda.CUDAGraph()
+s = torch.cuda.Stream()
+s.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(s):
+    for _ in range(3):
+        step(static_in)
+torch.cuda.current_stream().wait_stream(s)
+with torch.cuda.graph(g):
+    static_out = step(static_in)
+try:
+    compiled = torch.compile(lambda a: (a * 2.0).relu() + a.sin())
+    compiled_expected = compiled(x).sum().item()
+except Exception as exc:
+    compiled = None
+    print(f"compiled: skipped ({exc.__class__.__name__})", flush=True)
+stop = False
+def on_term(*_):
+    global stop
+    stop = True
+signal.signal(signal.SIGTERM, on_term)
+print(f"ready {__import__('os').getpid()}", flush=True)
+bad = rounds = 0
+while not stop:
+    got = step(x).sum().item()
+    g.replay()
+    replayed = static_out.sum().item()
+    if abs(got - expected) > 1e-3 * abs(expected) or abs(replayed - expected) > 1e-3 * abs(expected):
+        bad += 1
+    if compiled is not None and abs(compiled(x).sum().item() - compiled_expected) > 1e-3 * abs(compiled_expected):
+        bad += 1
+    rounds += 1
+    time.sleep(0.002)
+print(f"rounds={rounds} bad={bad}", flush=True)
+sys.exit(1 if bad else 0)
+'''
+
+
+def live_check(args, out):
+    """The live path: the CUPTI library loaded into a running PyTorch process."""
+    script = out / "live_workload.py"
+    script.write_text(LIVE_WORKLOAD)
+    app = subprocess.Popen([args.python, str(script)], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    line = app.stdout.readline()
+    if not line.startswith("ready "):
+        app.kill()
+        return ["## Live injection", "", f"workload did not start: {line!r}",
+                app.stderr.read()[-2000:]], False
+    time.sleep(5)  # steady state, compiled and captured before we come
+    rec = out / "live_rec"
+    proc = subprocess.run([args.ncclprobe, "record", "--pid", str(app.pid), "--cupti", "-o",
+                           str(rec), "--duration", "10"], capture_output=True, text=True,
+                          timeout=300)
+    time.sleep(2)
+    app.send_signal(15)
+    app_out, app_err = app.communicate(timeout=120)
+    summary = json.loads((rec / "summary.json").read_text())
+    launches = [json.loads(l) for l in (rec / "launches.jsonl").read_text().splitlines() if l]
+    cupti = summary["targets"][0].get("cupti", {})
+    matched = [l for l in launches if l.get("gpu_status") == "matched"]
+    unnamed = collections.Counter(l["kernel"] for l in launches
+                                  if l["kernel"].startswith("<unnamed"))
+    graphs = [l for l in matched if l["api"].startswith(("cudaGraphLaunch", "cuGraphLaunch"))]
+    gpu_ns = sum(r["end_ns"] - r["start_ns"] for l in matched for r in l["gpu"])
+    ok = (proc.returncode == 0 and app.returncode == 0 and cupti.get("origin") == "injected"
+          and cupti.get("status") == "active" and matched and not unnamed and gpu_ns > 0 and
+          (not graphs or all(len(l["gpu"]) > 1 for l in graphs)))
+    lines = ["## Live injection (`record --pid P --cupti` into a running PyTorch process)", "",
+             f"- result: {'PASS' if ok else 'FAIL'}",
+             f"- ncclprobe exit {proc.returncode}; workload exit {app.returncode} "
+             f"({app_out.strip().splitlines()[-1] if app_out.strip() else ''})",
+             f"- cupti: {json.dumps(cupti)}",
+             f"- launches {len(launches)}, matched {len(matched)}, GPU time {gpu_ns / 1e6:.1f} ms",
+             f"- graph launches matched {len(graphs)}, kernels per replay "
+             f"{sorted(set(len(l['gpu']) for l in graphs))}",
+             f"- unnamed kernels: {dict(unnamed)}",
+             "- kernels: " + ", ".join(sorted({l['kernel'] for l in matched})[:15]),
+             "", "stderr (last lines):", "```",
+             "\n".join(proc.stderr.strip().splitlines()[-10:]), "```"]
+    return lines, ok
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ncclprobe", default=str(Path(__file__).resolve().parent.parent /
                                                "build" / "ncclprobe"))
     ap.add_argument("--out", default=None)
     ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--skip-live", action="store_true", help="skip the live injection check")
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="ncclprobe-gpu-check-"))
     script = out / "workload.py"
@@ -123,11 +225,15 @@ def main():
         for lib in t["libraries"]:
             lines.append(f"- {lib['path']}: {lib['probes_attached']} probes "
                          f"({lib['probes_failed']} failed)")
+    live_ok = True
+    if not args.skip_live:
+        live_lines, live_ok = live_check(args, out)
+        lines += [""] + live_lines
     report = "\n".join(lines) + "\n"
     (out / "gpu-check.md").write_text(report)
     print(report)
     print(f"(recording in {rec})")
-    return 0 if proc.returncode == 0 else 1
+    return 0 if proc.returncode == 0 and live_ok else 1
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ packages=(
     libcjson-dev                                 # summary.json
     python3 python3-pytest                       # tests
     gdb                                          # the independent stack oracle in tests
+    strace musl-tools                            # injector tests: a tracer, a musl program
     bpftrace linux-perf                          # benchmark peers
     debhelper dpkg-dev                           # make deb (packaging/)
     protobuf-c-compiler libprotobuf-c-dev        # profile.pb.gz (pprof's profile.proto)

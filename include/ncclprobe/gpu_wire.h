@@ -12,6 +12,27 @@
  * correlation id joins a record to the launch on the CPU side: the library
  * hands the same id to ncclprobe_cupti_marker() on the launching thread,
  * which ncclprobe uprobes (struct np_marker_event in events.h).
+ *
+ * NAMES frames carry `count` variable-size np_wire_name: the kernel name of
+ * a launch handle (CUfunction, CUkernel, a runtime launch's func) the
+ * library saw for the first time on this connection. A handle's NAMES entry
+ * is sent before the ACTIVITY records of the launch that made it known
+ * (one stream, in order), so ncclprobe can name launches of handles it
+ * never saw being created (a process it attached to late).
+ *
+ * A connection ncclprobe hands to a library it loaded or woke in a running
+ * process (ncclprobe_cupti_attach) starts the other way: the library says
+ * nothing, and leaves CUPTI as it is, until ncclprobe sends it the one
+ * byte NP_WIRE_START - once ncclprobe has probed the library's marker and
+ * can take its records (a launch marked before that would lose its GPU
+ * records). From then on the stream is as above, HELLO first; ncclprobe
+ * sends nothing more. A connection the library makes itself (its socket
+ * path) needs no START.
+ *
+ * Version 1 grew NAMES and the HELLO's origin (formerly padding, so an
+ * older library says 0, "loaded at start") without changing the version:
+ * the library and ncclprobe ship together, and an older ncclprobe would
+ * refuse a NAMES frame as a bad type.
  */
 #ifndef NCCLPROBE_GPU_WIRE_H
 #define NCCLPROBE_GPU_WIRE_H
@@ -25,11 +46,13 @@
 #define NP_WIRE_DEFAULT_SOCKET "/run/ncclprobe/cupti.sock"
 #define NP_WIRE_SOCKET_ENV "NCCLPROBE_CUPTI_SOCKET"
 #define NP_MARKER_SYMBOL "ncclprobe_cupti_marker"
+#define NP_WIRE_START 'S' /* ncclprobe -> library, once, on a connection handed over */
 
 enum np_wire_type {
     NP_WIRE_HELLO = 1,    /* struct np_wire_hello */
     NP_WIRE_ACTIVITY = 2, /* struct np_wire_activity + records */
     NP_WIRE_STATS = 3,    /* struct np_wire_stats: totals so far */
+    NP_WIRE_NAMES = 4,    /* struct np_wire_names + entries */
 };
 
 struct np_wire_header {
@@ -46,10 +69,16 @@ enum np_hello_status {
     NP_HELLO_CUPTI_FAILED = 2, /* libcupti missing or a CUPTI call failed */
 };
 
+/* How the library came into the process. Other values: unknown. */
+enum np_hello_origin {
+    NP_ORIGIN_START = 0,    /* CUDA_INJECTION64_PATH: loaded by CUDA at cuInit */
+    NP_ORIGIN_INJECTED = 1, /* loaded into the running process (ncclprobe_cupti_attach) */
+};
+
 struct np_wire_hello {
     struct np_wire_header hdr;
-    uint32_t status; /* enum np_hello_status */
-    uint32_t pad;
+    uint32_t status;        /* enum np_hello_status */
+    uint32_t origin;        /* enum np_hello_origin (was padding: older libraries send 0) */
     uint64_t clock_mono_ns; /* CLOCK_MONOTONIC when sent, in the sender's time namespace */
     char message[256];      /* NUL-terminated: why not active, or the CUPTI library path */
 };
@@ -102,6 +131,29 @@ struct np_gpu_record {
 
 #define NP_GPU_RECORD_FIXED ((uint32_t)sizeof(struct np_gpu_record))
 
+struct np_wire_names {
+    struct np_wire_header hdr;
+    uint32_t count; /* entries that follow */
+    uint32_t pad;
+};
+
+/* One entry of a NAMES frame, 8-byte aligned; its size is
+ * np_wire_name_size(name_len). */
+struct np_wire_name {
+    uint64_t handle;   /* the launch's function handle as the process sees it (never 0) */
+    uint16_t name_len; /* bytes of name[] (no NUL), 1..NP_WIRE_MAX_NAME */
+    uint16_t pad[3];
+    char name[];
+};
+
+#define NP_WIRE_NAME_FIXED ((uint32_t)sizeof(struct np_wire_name))
+
+/* ACTIVITY and NAMES frames share their head (header, count, pad). */
+_Static_assert(sizeof(struct np_wire_names) == sizeof(struct np_wire_activity) &&
+                   __builtin_offsetof(struct np_wire_names, count) ==
+                       __builtin_offsetof(struct np_wire_activity, count),
+               "ACTIVITY and NAMES frames have one head");
+
 /* A memcpy record's copy_kind as CUPTI names it ("HtoD", ...). */
 static inline const char *np_gpu_copy_kind_name(uint8_t kind) {
     static const char *const names[] = {"Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA",
@@ -111,6 +163,10 @@ static inline const char *np_gpu_copy_kind_name(uint8_t kind) {
 
 static inline uint32_t np_gpu_record_size(uint32_t name_len) {
     return (NP_GPU_RECORD_FIXED + name_len + 7u) & ~7u;
+}
+
+static inline uint32_t np_wire_name_size(uint32_t name_len) {
+    return (NP_WIRE_NAME_FIXED + name_len + 7u) & ~7u;
 }
 
 #endif /* NCCLPROBE_GPU_WIRE_H */

@@ -4,6 +4,7 @@
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -434,6 +435,31 @@ static int attach_scan(struct np_attacher *a, struct np_process *p, const char *
 
 /* Opens a file the target maps, through its root (containers), falling
  * back to map_files for files that were replaced or deleted on disk. */
+/* A mapping of a file that has no path (a memfd: the CUPTI library loaded
+ * live) through a descriptor the process holds on it: /proc/PID/fd needs
+ * only ptrace read access, where map_files needs CAP_SYS_ADMIN, which the
+ * daemon does not keep. The descriptor must be the mapping's file. */
+static int open_through_fds(const struct np_process *p, const struct np_mapping *m, char *binary,
+                            size_t size) {
+    char dir[64];
+    snprintf(dir, sizeof(dir), "/proc/%d/fd", p->pid);
+    DIR *d = opendir(dir);
+    if (!d)
+        return -errno;
+    int fd = -ENOENT;
+    for (struct dirent *e; fd < 0 && (e = readdir(d)) != NULL;) {
+        struct stat st;
+        snprintf(binary, size, "%s/%s", dir, e->d_name);
+        if (e->d_name[0] == '.' || stat(binary, &st) < 0 || (uint64_t)st.st_ino != m->inode)
+            continue;
+        fd = open(binary, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            fd = -errno;
+    }
+    closedir(d);
+    return fd;
+}
+
 static int open_target_file(const struct np_process *p, const struct np_mapping *m, char *binary,
                             size_t size) {
     snprintf(binary, size, "/proc/%d/root%s", p->pid, m->path);
@@ -442,7 +468,12 @@ static int open_target_file(const struct np_process *p, const struct np_mapping 
         return fd;
     snprintf(binary, size, "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, p->pid, m->start, m->end);
     fd = open(binary, O_RDONLY | O_CLOEXEC);
-    return fd >= 0 ? fd : -errno;
+    if (fd >= 0)
+        return fd;
+    fd = -errno;
+    if (strncmp(m->path, "/memfd:", 7) == 0)
+        fd = open_through_fds(p, m, binary, size);
+    return fd;
 }
 
 /* Scans the file open on fd (closed here) and attaches its probes, unless

@@ -1,4 +1,6 @@
-/* elfscan.c - symbol scan of one ELF file with libelf (see elfscan.h). */
+/* elfscan.c - symbol scan of one ELF file with libelf (see elfscan.h): the
+ * probe points, symbol look-ups, load bias, and for the injector the
+ * dynamic symbols, the text segment and a byte pattern in it. */
 #define _GNU_SOURCE
 #include "attach/elfscan.h"
 
@@ -7,6 +9,7 @@
 #include <errno.h>
 #include <gelf.h>
 #include <libelf.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,42 +185,141 @@ static struct np_elf_symbol_query *find_query(struct np_elf_symbol_query *q, siz
     return NULL;
 }
 
-int np_elf_read_symbols(int fd, struct np_elf_symbol_query *q, size_t n) {
+static bool is_x86_64_elf(Elf *elf) {
+    GElf_Ehdr eh;
+    return elf_kind(elf) == ELF_K_ELF && gelf_getehdr(elf, &eh) && eh.e_machine == EM_X86_64 &&
+           gelf_getclass(elf) == ELFCLASS64;
+}
+
+/* The ELF open on fd, which must be x86-64 ELF64: -EINVAL when libelf cannot
+ * read it at all, -ENOEXEC when it is something else. */
+static int begin_x86_64(int fd, Elf **out) {
     elf_version(EV_CURRENT);
     Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
     if (!elf)
         return -EINVAL;
-    size_t missing = n, size = 0;
+    if (!is_x86_64_elf(elf)) {
+        elf_end(elf);
+        return -ENOEXEC;
+    }
+    *out = elf;
+    return 0;
+}
+
+/* Does sym answer a query? dynamic_only: only what the loader resolves. */
+static bool symbol_wanted(const GElf_Sym *sym, bool dynamic_only) {
+    int type = GELF_ST_TYPE(sym->st_info);
+    if (sym->st_shndx == SHN_UNDEF)
+        return false;
+    return !dynamic_only || (sym->st_value && (type == STT_FUNC || type == STT_OBJECT));
+}
+
+static bool table_wanted(const GElf_Shdr *sh, bool dynamic_only) {
+    return sh->sh_type == SHT_DYNSYM || (!dynamic_only && sh->sh_type == SHT_SYMTAB);
+}
+
+static void answer_query(Elf *elf, const GElf_Sym *sym, struct np_elf_symbol_query *hit) {
+    size_t size = 0;
+    const char *image = elf_rawfile(elf, &size);
+    uint64_t offset;
+
+    hit->vaddr = sym->st_value;
+    hit->err = 0;
+    if (hit->len && (!image || vaddr_to_offset(elf, sym->st_value, &offset) < 0 || offset > size ||
+                     size - offset < hit->len))
+        hit->err = -ERANGE;
+    else if (hit->len)
+        memcpy(hit->buf, image + offset, hit->len);
+}
+
+static void read_symbols(Elf *elf, struct np_elf_symbol_query *q, size_t n, bool dynamic_only) {
+    size_t missing = n;
     for (size_t i = 0; i < n; i++)
         q[i].err = -ENOENT;
-    const char *image = elf_rawfile(elf, &size);
     for (Elf_Scn *scn = NULL; missing && (scn = elf_nextscn(elf, scn)) != NULL;) {
         GElf_Shdr sh;
         Elf_Data *syms = elf_getdata(scn, NULL);
         if (!gelf_getshdr(scn, &sh) || !syms || sh.sh_entsize == 0 ||
-            (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM))
+            !table_wanted(&sh, dynamic_only))
             continue;
         for (size_t i = 0; missing && i < sh.sh_size / sh.sh_entsize; i++) {
             GElf_Sym sym;
             const char *sname;
             struct np_elf_symbol_query *hit;
-            if (!gelf_getsym(syms, (int)i, &sym) || sym.st_shndx == SHN_UNDEF ||
+            if (!gelf_getsym(syms, (int)i, &sym) || !symbol_wanted(&sym, dynamic_only) ||
                 !(sname = elf_strptr(elf, sh.sh_link, sym.st_name)) ||
                 !(hit = find_query(q, n, sname)))
                 continue;
             missing--;
-            hit->vaddr = sym.st_value;
-            hit->err = 0;
-            uint64_t offset;
-            if (hit->len && (!image || vaddr_to_offset(elf, sym.st_value, &offset) < 0 ||
-                             offset > size || size - offset < hit->len))
-                hit->err = -ERANGE;
-            else if (hit->len)
-                memcpy(hit->buf, image + offset, hit->len);
+            answer_query(elf, &sym, hit);
         }
     }
+}
+
+int np_elf_read_symbols(int fd, struct np_elf_symbol_query *q, size_t n) {
+    elf_version(EV_CURRENT);
+    Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+    if (!elf)
+        return -EINVAL;
+    read_symbols(elf, q, n, false);
     elf_end(elf);
     return 0;
+}
+
+int np_elf_read_dynsyms(int fd, struct np_elf_symbol_query *q, size_t n) {
+    Elf *elf = NULL;
+    int err = begin_x86_64(fd, &elf);
+    if (err)
+        return err;
+    read_symbols(elf, q, n, true);
+    elf_end(elf);
+    return 0;
+}
+
+static int exec_segment(Elf *elf, struct np_elf_segment *out) {
+    size_t n = 0;
+    int err = -ENOENT;
+    if (elf_getphdrnum(elf, &n) != 0)
+        return -ENOEXEC;
+    for (size_t i = 0; i < n; i++) {
+        GElf_Phdr ph;
+        if (!gelf_getphdr(elf, (int)i, &ph) || ph.p_type != PT_LOAD || !(ph.p_flags & PF_X))
+            continue;
+        *out = (struct np_elf_segment){ph.p_vaddr, ph.p_offset, ph.p_filesz, ph.p_memsz};
+        err = 0;
+    }
+    return err;
+}
+
+int np_elf_exec_segment(int fd, struct np_elf_segment *out) {
+    Elf *elf = NULL;
+    int err = begin_x86_64(fd, &elf);
+    if (err)
+        return err;
+    err = exec_segment(elf, out);
+    elf_end(elf);
+    return err;
+}
+
+int np_elf_find_code(int fd, const void *pattern, size_t len, uint64_t *vaddr) {
+    struct np_elf_segment text;
+    Elf *elf = NULL;
+    size_t size = 0;
+    int err = begin_x86_64(fd, &elf);
+    if (err)
+        return err;
+    const char *image = elf_rawfile(elf, &size);
+    err = exec_segment(elf, &text);
+    if (!err && (!image || text.offset > size || size - text.offset < text.filesz))
+        err = -ENOEXEC;
+    if (!err) {
+        const char *hit = memmem(image + text.offset, text.filesz, pattern, len);
+        err = hit ? 0 : -ENOENT;
+        if (hit)
+            *vaddr = text.vaddr + (uint64_t)(hit - (image + text.offset));
+    }
+    elf_end(elf);
+    return err;
 }
 
 int np_elf_read_symbol(int fd, const char *name, uint64_t *vaddr, void *buf, size_t len) {
@@ -263,9 +365,7 @@ int np_elf_scan_fd(int fd, struct np_elf_scan *out) {
     Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
     if (!elf)
         return -EINVAL;
-    GElf_Ehdr eh;
-    if (elf_kind(elf) != ELF_K_ELF || !gelf_getehdr(elf, &eh) || eh.e_machine != EM_X86_64 ||
-        gelf_getclass(elf) != ELFCLASS64)
+    if (!is_x86_64_elf(elf))
         goto done; /* not ours to probe */
 
     read_build_id(elf, out);

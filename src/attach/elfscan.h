@@ -45,6 +45,23 @@ struct np_elf_symbol_query {
 };
 int np_elf_read_symbols(int fd, struct np_elf_symbol_query *q, size_t n);
 
+/* The same restricted to what the dynamic loader sees: .dynsym only, and
+ * only defined functions and objects (an IFUNC's value is its resolver, not
+ * the function). -ENOEXEC when fd is not an x86-64 ELF64 file. The
+ * injector (src/inject) finds dlopen & co in a target's libc this way. */
+int np_elf_read_dynsyms(int fd, struct np_elf_symbol_query *q, size_t n);
+
+/* The last executable PT_LOAD of the ELF open on fd (its text). -ENOENT when
+ * there is none, -ENOEXEC when fd is not an x86-64 ELF64 file. */
+struct np_elf_segment {
+    uint64_t vaddr, offset, filesz, memsz;
+};
+int np_elf_exec_segment(int fd, struct np_elf_segment *out);
+
+/* The vaddr of the first occurrence of the len bytes of pattern in the file
+ * bytes of that segment: 0, -ENOENT when absent, -ENOEXEC as above. */
+int np_elf_find_code(int fd, const void *pattern, size_t len, uint64_t *vaddr);
+
 /* The load bias of the ELF open on fd, from one of its mappings (start
  * address and file offset): address in the process = bias + vaddr. */
 int np_elf_load_bias(int fd, uint64_t mapped_start, uint64_t mapped_offset, uint64_t *bias);

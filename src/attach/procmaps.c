@@ -24,8 +24,9 @@ static int push(struct np_maps *out, size_t *cap, const struct np_mapping *m) {
     return 0;
 }
 
-/* One line: "start-end perms offset major:minor inode   path". */
-static int parse_line(char *line, struct np_mapping *m) {
+/* One line: "start-end perms offset major:minor inode   path". Returns 1
+ * for a line that is not a file's mapping unless all. */
+static int parse_line(char *line, bool all, struct np_mapping *m) {
     unsigned int major, minor;
     char perms[8];
     int path_at = 0;
@@ -34,16 +35,17 @@ static int parse_line(char *line, struct np_mapping *m) {
     if (sscanf(line, "%" SCNx64 "-%" SCNx64 " %7s %" SCNx64 " %x:%x %" SCNu64 " %n", &m->start,
                &m->end, perms, &m->offset, &major, &minor, &m->inode, &path_at) < 7)
         return -EINVAL;
-    const char *path = line + path_at;
-    if (path_at == 0 || path[0] != '/' || m->inode == 0)
+    const char *path = path_at ? line + path_at : "";
+    if (!all && (path[0] != '/' || m->inode == 0))
         return 1; /* anonymous, [heap], [vdso], ...: not a file */
     m->dev = makedev(major, minor);
     m->exec = strchr(perms, 'x') != NULL;
+    snprintf(m->perms, sizeof(m->perms), "%.4s", perms);
     m->path = strdup(path);
     return m->path ? 0 : -ENOMEM;
 }
 
-int np_maps_parse(const char *text, struct np_maps *out) {
+static int parse(const char *text, bool all, struct np_maps *out) {
     size_t cap = 0;
     char *copy = strdup(text), *save = NULL;
 
@@ -52,7 +54,7 @@ int np_maps_parse(const char *text, struct np_maps *out) {
         return -ENOMEM;
     for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         struct np_mapping m;
-        int r = parse_line(line, &m);
+        int r = parse_line(line, all, &m);
         if (r == 1 || r == -EINVAL)
             continue;
         if (r == 0)
@@ -68,16 +70,39 @@ int np_maps_parse(const char *text, struct np_maps *out) {
     return 0;
 }
 
-int np_maps_read(pid_t pid, struct np_maps *out) {
+int np_maps_parse(const char *text, struct np_maps *out) {
+    return parse(text, false, out);
+}
+
+int np_maps_parse_all(const char *text, struct np_maps *out) {
+    return parse(text, true, out);
+}
+
+static int read_maps(pid_t pid, bool all, struct np_maps *out) {
     char path[64], *text = NULL;
 
     snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
     int err = np_read_file(path, &text, NULL);
     if (err)
         return err == -ENOENT ? -ESRCH : err;
-    err = np_maps_parse(text, out);
+    err = parse(text, all, out);
     free(text);
     return err;
+}
+
+int np_maps_read(pid_t pid, struct np_maps *out) {
+    return read_maps(pid, false, out);
+}
+
+int np_maps_read_all(pid_t pid, struct np_maps *out) {
+    return read_maps(pid, true, out);
+}
+
+const struct np_mapping *np_maps_find(const struct np_maps *maps, uint64_t addr) {
+    for (size_t i = 0; i < maps->count; i++)
+        if (addr >= maps->items[i].start && addr < maps->items[i].end)
+            return &maps->items[i];
+    return NULL;
 }
 
 void np_maps_free(struct np_maps *maps) {

@@ -23,45 +23,51 @@
 struct ctl_options {
     const char *socket_path;
     const char *duration;
+    bool cupti;
     bool json;
     bool schema;
 };
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: ncclprobe ctl [--socket PATH] [--json] start [--duration SECONDS]\n"
-               "       ncclprobe ctl [--socket PATH] [--json] stop\n"
-               "       ncclprobe ctl [--socket PATH] [--json] status\n"
-               "       ncclprobe ctl [--socket PATH] [--json] snapshot\n"
-               "       ncclprobe ctl --schema\n"
-               "\n"
-               "Controls a running `ncclprobe daemon` over its control socket.\n"
-               "\n"
-               "commands:\n"
-               "  start       open a capture window (closes after --duration, at\n"
-               "              the latest after the daemon's max_window)\n"
-               "  stop        close the capture window and write its output sets\n"
-               "  status      what the daemon is doing: window, targets, rates, limits\n"
-               "  snapshot    write the current aggregation period's output sets now\n"
-               "\n"
-               "options:\n"
-               "      --socket PATH        the daemon's control socket (default\n"
-               "                           " NP_CTL_DEFAULT_SOCKET ")\n"
-               "      --json               print the daemon's JSON reply as it is\n"
-               "      --schema             print the fields of the status reply (path, type,\n"
-               "                           meaning) as JSON, and exit\n"
-               "  -d, --duration SECONDS   (start) close the window after SECONDS\n"
-               "  -h, --help               this text\n");
+    fprintf(f,
+            "usage: ncclprobe ctl [--socket PATH] [--json] start [--duration SECONDS] [--cupti]\n"
+            "       ncclprobe ctl [--socket PATH] [--json] stop\n"
+            "       ncclprobe ctl [--socket PATH] [--json] status\n"
+            "       ncclprobe ctl [--socket PATH] [--json] snapshot\n"
+            "       ncclprobe ctl --schema\n"
+            "\n"
+            "Controls a running `ncclprobe daemon` over its control socket.\n"
+            "\n"
+            "commands:\n"
+            "  start       open a capture window (closes after --duration, at\n"
+            "              the latest after the daemon's max_window)\n"
+            "  stop        close the capture window and write its output sets\n"
+            "  status      what the daemon is doing: window, targets, rates, limits\n"
+            "  snapshot    write the current aggregation period's output sets now\n"
+            "\n"
+            "options:\n"
+            "      --socket PATH        the daemon's control socket (default\n"
+            "                           " NP_CTL_DEFAULT_SOCKET ")\n"
+            "      --json               print the daemon's JSON reply as it is\n"
+            "      --schema             print the fields of the status reply (path, type,\n"
+            "                           meaning) as JSON, and exit\n"
+            "  -d, --duration SECONDS   (start) close the window after SECONDS\n"
+            "      --cupti              (start) bring libncclprobe_cupti.so into every traced\n"
+            "                           process (loaded live, or woken): GPU kernels and\n"
+            "                           times for the window\n"
+            "  -h, --help               this text\n");
 }
 
 /* 0, 1 after --help, -EINVAL on a bad command line. optstring "+h" stops at
  * the command name. */
 static int parse_options(int argc, char **argv, const char *optstring, struct ctl_options *opt) {
-    enum { OPT_SOCKET = 256, OPT_JSON, OPT_SCHEMA };
+    enum { OPT_SOCKET = 256, OPT_JSON, OPT_SCHEMA, OPT_CUPTI };
     static const struct option longopts[] = {
         {"socket", required_argument, NULL, OPT_SOCKET},
         {"json", no_argument, NULL, OPT_JSON},
         {"schema", no_argument, NULL, OPT_SCHEMA},
         {"duration", required_argument, NULL, 'd'},
+        {"cupti", no_argument, NULL, OPT_CUPTI},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
@@ -78,6 +84,9 @@ static int parse_options(int argc, char **argv, const char *optstring, struct ct
             break;
         case OPT_SCHEMA:
             opt->schema = true;
+            break;
+        case OPT_CUPTI:
+            opt->cupti = true;
             break;
         case 'd':
             opt->duration = optarg;
@@ -384,12 +393,13 @@ static bool known_command(const char *cmd) {
 }
 
 /* The request line (malloc'ed), or NULL when out of memory. */
-static char *request_line(const char *cmd, double duration_s) {
+static char *request_line(const char *cmd, double duration_s, bool cupti) {
     cJSON *req = cJSON_CreateObject();
     char *line = NULL;
 
     if (req && cJSON_AddStringToObject(req, "cmd", cmd) &&
-        (duration_s <= 0 || cJSON_AddNumberToObject(req, "duration_s", duration_s)))
+        (duration_s <= 0 || cJSON_AddNumberToObject(req, "duration_s", duration_s)) &&
+        (!cupti || cJSON_AddTrueToObject(req, "cupti")))
         line = cJSON_PrintUnformatted(req);
     cJSON_Delete(req);
     return line;
@@ -482,7 +492,7 @@ static int print_schema(void) {
 
 /* Sends the request, prints the reply; the exit status. */
 static int exchange(const struct ctl_options *opt, const char *cmd, double duration_s) {
-    char *reply = NULL, *line = request_line(cmd, duration_s);
+    char *reply = NULL, *line = request_line(cmd, duration_s, opt->cupti);
     if (!line) {
         np_err("out of memory");
         return 1;
@@ -512,6 +522,10 @@ int np_cmd_ctl(int argc, char **argv) {
         return print_schema();
     if (!rc && opt.duration)
         rc = parse_duration(cmd, opt.duration, &duration_s);
+    if (!rc && opt.cupti && strcmp(cmd, "start") != 0) {
+        np_err("--cupti applies to start only");
+        rc = -EINVAL;
+    }
     if (rc)
         return rc > 0 ? 0 : 2;
     return exchange(&opt, cmd, duration_s);

@@ -123,8 +123,8 @@ static int check_combination(struct np_settings *opt) {
         np_err("give either --pid or -- CMD, not both");
         return -EINVAL;
     }
-    if (opt->inject_cupti && (!opt->command || opt->no_gpu)) {
-        np_err("--cupti needs -- CMD (a running process cannot be injected) and no --no-gpu");
+    if (opt->inject_cupti && opt->no_gpu) {
+        np_err("--cupti needs ncclprobe to listen for GPU records: not with --no-gpu");
         return -EINVAL;
     }
     return 0;

@@ -28,6 +28,7 @@
 #include "lib/util.h"
 #include "ncclprobe.skel.h"
 #include "ncclprobe/recording.h"
+#include "session/agent.h"
 #include "session/preflight.h"
 #include "session/session.h"
 #include "session/target.h"
@@ -93,25 +94,14 @@ static int attach_pid(struct np_session *s, pid_t pid) {
 /* --cupti: the command runs with our library injected and told where we
  * listen. It is found beside the ncclprobe binary or in ../lib/ncclprobe. */
 static int inject_cupti(struct np_session *s) {
-    char exe[4096], lib[4200];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n <= 0)
-        return -errno;
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (slash)
-        *slash = '\0';
-    static const char *const rel[] = {"", "/../lib/ncclprobe"};
-    for (size_t i = 0; i < NP_ARRAY_SIZE(rel); i++) {
-        snprintf(lib, sizeof(lib), "%s%s/libncclprobe_cupti.so", exe, rel[i]);
-        if (access(lib, R_OK) == 0) {
-            setenv("CUDA_INJECTION64_PATH", lib, 1);
-            setenv(NP_WIRE_SOCKET_ENV, s->opt.cupti_socket, 1);
-            return 0;
-        }
+    char lib[4200];
+    if (np_agent_library_path(lib, sizeof(lib)) < 0) {
+        np_err("--cupti: libncclprobe_cupti.so not found (%s)", lib);
+        return -ENOENT;
     }
-    np_err("--cupti: libncclprobe_cupti.so not found beside %s", exe);
-    return -ENOENT;
+    setenv("CUDA_INJECTION64_PATH", lib, 1);
+    setenv(NP_WIRE_SOCKET_ENV, s->opt.cupti_socket, 1);
+    return 0;
 }
 
 /* Starts the command held before its exec and probes what it will map:
@@ -241,6 +231,8 @@ static int run_loop(struct recording *r) {
                 }
             } else if (tag == NP_TAG_GPU) {
                 np_gpu_server_poll(s->gpu_server);
+            } else if (tag == NP_TAG_AGENT) {
+                np_session_agents_done(s);
             } else if (tag >= NP_TAG_TARGET) {
                 on_target_exit(r, np_session_find_target(s, (pid_t)(tag - NP_TAG_TARGET)));
             }
@@ -400,8 +392,12 @@ int np_cmd_record(int argc, char **argv) {
         err = open_output(s);
     if (!err && s->opt.command)
         err = release_command(&r);
+    for (size_t i = 0; !err && s->opt.inject_cupti && i < s->ntargets; i++)
+        if (s->targets[i]->proc.pid != r.child.pid) /* a started command has it from its start */
+            np_session_request_agent(s, s->targets[i]);
     if (!err)
         err = run_loop(&r);
+    np_session_agents_stop(s);
     if (s->out) { /* what is queued goes into the recording */
         if (s->skel && s->rb)
             np_session_stop_and_drain(s);

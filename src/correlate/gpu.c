@@ -102,12 +102,15 @@ static void free_launch(struct np_gpu_launch *l) {
         free(l->records[i]);
     free(l->records);
     free(l->json);
+    free(l->ext);
     free(l->cpu_kernel);
     free(l);
 }
 
 static void retire(struct np_gpu_join *j, struct np_gpu_launch *l, enum np_gpu_status if_none) {
-    enum np_gpu_status status = l->nrecords ? NP_GPU_MATCHED : if_none;
+    enum np_gpu_status status = l->nrecords       ? NP_GPU_MATCHED
+                                : l->before_start ? NP_GPU_NONE
+                                                  : if_none;
     if (status == NP_GPU_MATCHED)
         j->counters.launches_matched++;
     else if (status == NP_GPU_PENDING)
@@ -125,18 +128,20 @@ static void retire(struct np_gpu_join *j, struct np_gpu_launch *l, enum np_gpu_s
     free_launch(l);
 }
 
-int np_gpu_join_launch(struct np_gpu_join *j, uint32_t pid, uint32_t tid, uint64_t stack_id,
-                       const char *json, const char *cpu_kernel, bool runtime_api, uint64_t tag,
-                       void *owner, uint64_t now) {
+int np_gpu_join_launch(struct np_gpu_join *j, uint32_t pid, uint32_t tid,
+                       const struct np_gpu_held *held, bool runtime_api, uint64_t now) {
     struct np_gpu_launch *l = calloc(1, sizeof(*l));
     if (!l)
         return -ENOMEM;
-    l->pid = pid, l->tid = tid, l->stack_id = stack_id, l->tag = tag, l->owner = owner;
+    l->pid = pid, l->tid = tid, l->stack_id = held->stack_id, l->tag = held->tag;
+    l->owner = held->owner, l->handle = held->handle;
     l->accepts_runtime = runtime_api;
     l->added_ns = now;
-    l->json = strdup(json);
-    l->cpu_kernel = strdup(cpu_kernel);
-    if (!l->json || !l->cpu_kernel || np_map_put_u64(&j->by_thread, key_of(pid, tid), l) < 0) {
+    l->json = strdup(held->json);
+    l->ext = strdup(held->ext ? held->ext : "");
+    l->cpu_kernel = strdup(held->cpu_kernel);
+    if (!l->json || !l->ext || !l->cpu_kernel ||
+        np_map_put_u64(&j->by_thread, key_of(pid, tid), l) < 0) {
         free_launch(l);
         return -ENOMEM;
     }
@@ -279,6 +284,12 @@ void np_gpu_join_record(struct np_gpu_join *j, uint32_t pid, const struct np_gpu
 }
 
 /* ---- retiring --------------------------------------------------------------- */
+
+void np_gpu_join_library_started(struct np_gpu_join *j, uint32_t pid) {
+    for (struct np_gpu_launch *l = j->oldest; l; l = l->next)
+        if (l->pid == pid)
+            l->before_start = true;
+}
 
 void np_gpu_join_tick(struct np_gpu_join *j, uint64_t now) {
     struct np_gpu_launch *l = j->oldest;

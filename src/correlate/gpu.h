@@ -29,16 +29,32 @@ enum np_gpu_status {
     NP_GPU_PENDING,  /* none arrived within the timeout */
 };
 
+/* What the writer keeps of a launch while it waits (copied by the join). */
+struct np_gpu_held {
+    uint64_t stack_id; /* the writer's id of the launch's stack */
+    const char *json;  /* its launches.jsonl object, without its closing brace; where the
+                          kernel's name goes, NP_GPU_KERNEL_SLOT */
+    const char *ext;   /* its stacks.ext.folded line up to the stack ("ts comm pid tid cpu ") */
+    const char *cpu_kernel; /* the kernel name the CPU side knows at the launch */
+    uint64_t handle;        /* the function the launch passed: names it late (NAMES frames) */
+    uint64_t tag;           /* the caller's, handed back (an NCCL launch's communicator) */
+    void *owner; /* the caller's: the writer the launch belongs to (NULL: the only one) */
+};
+/* Stands for the kernel's name in a held launch's JSON: a control byte, which JSON text escapes,
+ * so it is never part of what was rendered around it. */
+#define NP_GPU_KERNEL_SLOT '\x01'
+
 struct np_gpu_launch {
     uint32_t pid, tid;
-    uint64_t stack_id; /* the writer's id of the launch's stack */
-    char *json;        /* the launch's launches.jsonl object, without its closing brace */
-    char *cpu_kernel;  /* the kernel name the CPU side knows */
-    uint64_t tag;      /* the caller's, handed back (ingest: an NCCL launch's communicator) */
-    void *owner;       /* the caller's: the writer the launch belongs to (NULL: the only one) */
+    uint64_t stack_id;
+    char *json, *ext, *cpu_kernel; /* as in struct np_gpu_held */
+    uint64_t handle;
+    uint64_t tag;
+    void *owner;
     uint32_t ids[NP_GPU_MAX_IDS];
     uint32_t nids;
     uint8_t domains_seen; /* CUPTI callback domains that named an id (bit = domain) */
+    bool before_start;    /* made before its process's library started: no records will come */
     bool accepts_runtime; /* a runtime-API launch: runtime callbacks belong to it too */
     struct np_gpu_record **records;
     uint32_t nrecords, records_cap;
@@ -72,11 +88,10 @@ struct np_gpu_join *np_gpu_join_new(const struct np_gpu_ops *ops, uint64_t linge
 void np_gpu_join_free(struct np_gpu_join *j);
 
 /* A launch of a process whose library will send records: held until they
- * come. Takes copies of json and cpu_kernel; tag and owner are handed back
- * at retirement. -ENOMEM: retired at once. */
-int np_gpu_join_launch(struct np_gpu_join *j, uint32_t pid, uint32_t tid, uint64_t stack_id,
-                       const char *json, const char *cpu_kernel, bool runtime_api, uint64_t tag,
-                       void *owner, uint64_t now);
+ * come. Takes copies of held's texts; the rest is handed back at retirement.
+ * -ENOMEM: not held (the caller writes it at once). */
+int np_gpu_join_launch(struct np_gpu_join *j, uint32_t pid, uint32_t tid,
+                       const struct np_gpu_held *held, bool runtime_api, uint64_t now);
 
 /* A CUPTI callback (domain 1 driver, 2 runtime) on thread tid named id. It
  * belongs to the thread's open launch when that launch can contain it: one
@@ -86,6 +101,12 @@ void np_gpu_join_marker(struct np_gpu_join *j, uint32_t pid, uint32_t tid, uint3
                         uint32_t domain, uint64_t now);
 void np_gpu_join_record(struct np_gpu_join *j, uint32_t pid, const struct np_gpu_record *r,
                         uint64_t now);
+/* pid's library starts sending now (brought into a running process, or
+ * woken): the launches held for pid so far were made before that - CUPTI was
+ * off, or on with nobody to send to. They wait on (their records, or the
+ * library's names of their kernels, may still come) and retire as NONE, not
+ * PENDING, when no record comes. */
+void np_gpu_join_library_started(struct np_gpu_join *j, uint32_t pid);
 /* Retires what is due at `now`. */
 void np_gpu_join_tick(struct np_gpu_join *j, uint64_t now);
 /* Nothing more will come from pid (its library disconnected, or stayed out):

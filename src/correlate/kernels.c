@@ -41,16 +41,20 @@ const char *np_kernel_name_from_stub(struct np_symbolizer *sym, uint64_t stub) {
 }
 
 static int remember(struct np_kernel_names *k, uint64_t handle, const char *name) {
-    char clean[NP_NAME_LEN * 4];
-    np_sanitize_frame(clean, sizeof(clean), name, false);
-    char *copy = strdup(clean);
+    size_t size = strlen(name) * 3 + 1; /* invalid bytes become U+FFFD (3 bytes) */
+    char *copy = malloc(size);
     if (!copy)
         return -ENOMEM;
+    np_sanitize_frame(copy, size, name, false);
     free(np_map_get_u64(&k->by_handle, handle));
     int err = np_map_put_u64(&k->by_handle, handle, copy);
     if (err)
         free(copy);
     return err;
+}
+
+int np_kernel_names_add(struct np_kernel_names *k, uint64_t handle, const char *name) {
+    return remember(k, handle, name);
 }
 
 int np_kernel_names_on_handle(struct np_kernel_names *k, struct np_symbolizer *sym,

@@ -25,6 +25,10 @@ void np_kernel_names_free(struct np_kernel_names *k);
 int np_kernel_names_on_handle(struct np_kernel_names *k, struct np_symbolizer *sym,
                               const struct np_probe_def *def, const struct np_handle_event *h);
 
+/* A handle's name as the process's CUPTI library found it (a NAMES frame:
+ * the handle was made before ncclprobe attached). */
+int np_kernel_names_add(struct np_kernel_names *k, uint64_t handle, const char *name);
+
 /* The handle's name, or NULL. */
 const char *np_kernel_names_lookup(const struct np_kernel_names *k, uint64_t handle);
 

@@ -1,7 +1,9 @@
 /* activity.c - CUPTI activity buffers of libncclprobe_cupti.so: hands CUPTI
  * host buffers (bounded in number), and turns each completed buffer into
  * wire frames of struct np_gpu_record (gpu_wire.h) for the sink. Only the
- * fields ncclprobe uses are copied, so CUPTI's struct versions stay here. */
+ * fields ncclprobe uses are copied, so CUPTI's struct versions stay here.
+ * While no daemon listens (sink.h) a completed buffer's records are only
+ * counted (dropped_no_daemon) and the buffer freed: nothing is converted. */
 #define _GNU_SOURCE
 #include "cupti/activity.h"
 #include "cupti/launch_api.h"
@@ -51,7 +53,7 @@ static struct np_gpu_record *next_record(struct np_frame **frame, uint32_t name_
         *frame = NULL;
     }
     if (!*frame)
-        *frame = np_frame_new(FRAME_SIZE);
+        *frame = np_frame_new(NP_WIRE_ACTIVITY, FRAME_SIZE);
     if (!*frame)
         return NULL;
     struct np_gpu_record *r = (struct np_gpu_record *)((*frame)->data + (*frame)->len);
@@ -167,9 +169,17 @@ void CUPTIAPI np_activity_buffer_completed(CUcontext ctx, uint32_t stream_id, ui
     (void)ctx, (void)stream_id, (void)size;
     struct np_frame *frame = NULL;
     CUpti_Activity *rec = NULL;
+    bool wanted = np_sink_wants_records();
+    uint64_t unwanted = 0;
     while (buffer && cupti &&
-           cupti->ActivityGetNextRecord(buffer, valid_size, &rec) == CUPTI_SUCCESS)
-        add_record(&frame, rec);
+           cupti->ActivityGetNextRecord(buffer, valid_size, &rec) == CUPTI_SUCCESS) {
+        if (wanted)
+            add_record(&frame, rec);
+        else
+            unwanted++;
+    }
+    if (unwanted)
+        np_sink_count(&np_sink_counters()->dropped_no_daemon, unwanted);
     if (frame && frame->count)
         np_sink_submit(frame);
     else

@@ -1,34 +1,57 @@
-/* inject.c - libncclprobe_cupti.so's entry points. CUDA loads the library
- * named by CUDA_INJECTION64_PATH and calls InitializeInjection() once, inside
- * cuInit, on the thread that first uses CUDA.
+/* inject.c - libncclprobe_cupti.so's entry points:
+ *
+ *   - InitializeInjection(): CUDA loads the library named by
+ *     CUDA_INJECTION64_PATH and calls it once, inside cuInit, on the thread
+ *     that first uses CUDA. The library then finds ncclprobe's socket
+ *     (NCCLPROBE_CUPTI_SOCKET), now and once a second while unconnected.
+ *   - ncclprobe_cupti_attach(fd, flags): ncclprobe loaded the library into
+ *     the running process (src/inject) and calls this on a thread it
+ *     hijacked, every signal blocked, with one end of a connected socket.
+ *     The first call starts what InitializeInjection starts, on that
+ *     descriptor alone (no socket path, no reconnecting); CUPTI goes on
+ *     later, on our own thread, once ncclprobe sends NP_WIRE_START on the
+ *     descriptor (it has probed our marker then), in a process whose CUDA
+ *     contexts exist (CUPTI initializes lazily). A later call, or a call in
+ *     a process that loaded us at start, is a wake: the new descriptor
+ *     replaces the connection (and is used from its START on). It returns
+ *     at once: it is part of that thread's pause.
  *
  * What it does:
  *   - At each launch-API callback (ENTER; the APIs are launch_api.c's) it
  *     calls ncclprobe_cupti_marker() with the call's correlation id on the
  *     launching thread. ncclprobe uprobes that function, so it pairs the id
  *     with that thread's launch event exactly (never through CUPTI's
- *     threadId).
+ *     threadId). The first launch of each function handle on a connection
+ *     also sends that handle's name (names.c).
  *   - It turns CUPTI activity on (kernels, memcpys, memsets) with a
  *     CLOCK_MONOTONIC timestamp callback, registered once before anything
  *     is enabled, so GPU times are on the clock BPF uses.
  *   - GPU records go to ncclprobe's socket (record's or the daemon's), or
  *     with NCCLPROBE_CUPTI_OUTPUT to a Chrome-trace JSON file (sink.c).
- * Until ncclprobe is reached (socket mode) CUPTI is not touched at all, so an
- * idle injection costs a connect() attempt a second. Once on, it stays on:
- * toggling CUPTI sessions breaks graph correlation ids in CUPTI 13.0.
+ * Until ncclprobe is reached CUPTI is not touched at all, so an idle
+ * injection costs a connect() attempt a second. Once on, it stays on:
+ * toggling CUPTI sessions breaks graph correlation ids in CUPTI 13.0. While
+ * no ncclprobe listens the library is quiet (sink.h): nothing is sent or
+ * converted, and the cost is CUPTI's own callbacks.
  * If another subscriber (torch.profiler, Nsight) holds CUPTI we log one line
- * and stay out. Nothing here may block, abort or throw into the app.
+ * and stay out (tried again at the next connection). Nothing here may
+ * block, abort or throw into the app.
  */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 
 #include "cupti/activity.h"
 #include "cupti/cupti_api.h"
 #include "cupti/launch_api.h"
+#include "cupti/names.h"
 #include "cupti/sink.h"
 #include "ncclprobe/gpu_wire.h"
 
@@ -36,13 +59,18 @@
 #define EXIT_DRAIN_MS 1000
 
 static struct {
-    pthread_mutex_t lock;
-    bool initialized;
+    pthread_mutex_t lock; /* activation */
+    bool initialized;     /* InitializeInjection or an attach started us */
+    bool loaded_at_start; /* InitializeInjection ran: CUDA loaded us */
+    bool exit_hooks;      /* atfork and atexit registered */
     bool active;
     bool file_mode;
     struct np_cupti_api api;
     CUpti_SubscriberHandle subscriber;
 } inj = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* InitializeInjection and attach, one at a time (attach never waits for it). */
+static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The correlation hand-off. ncclprobe puts a uprobe on this symbol; the
  * empty asm with the arguments as inputs keeps the call and its argument
@@ -54,13 +82,25 @@ ncclprobe_cupti_marker(uint32_t correlation_id, uint32_t domain, uint32_t cbid) 
                      : "memory");
 }
 
+/* The launch's function handle named to ncclprobe, if this connection has
+ * not had it yet (nothing at all while no ncclprobe listens). */
+static void note_launch_name(bool runtime, CUpti_CallbackId cbid, const CUpti_CallbackData *cb) {
+    uint32_t connection = np_sink_connection();
+    struct np_launch_fn fn;
+    if (connection && np_launch_function(runtime, cbid, cb->functionParams, &fn))
+        np_names_note(connection, &fn, cb->symbolName);
+}
+
 static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                                  const void *data) {
     (void)userdata;
-    if (domain == CUPTI_CB_DOMAIN_RUNTIME_API || domain == CUPTI_CB_DOMAIN_DRIVER_API) {
+    bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
+    if (runtime || domain == CUPTI_CB_DOMAIN_DRIVER_API) {
         const CUpti_CallbackData *cb = data;
-        if (cb && cb->callbackSite == CUPTI_API_ENTER)
+        if (cb && cb->callbackSite == CUPTI_API_ENTER) {
             ncclprobe_cupti_marker(cb->correlationId, (uint32_t)domain, cbid);
+            note_launch_name(runtime, cbid, cb);
+        }
     } else if (domain == CUPTI_CB_DOMAIN_RESOURCE &&
                cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
         inj.api.ActivityFlushAll(0); /* the context's records, while it exists */
@@ -110,17 +150,16 @@ static int check(CUptiResult res, const char *what, char *message, size_t size) 
 static int enable_launch_callbacks(char *message, size_t size) {
     struct np_cupti_api *api = &inj.api;
     for (int runtime = 0; runtime <= 1; runtime++) {
-        size_t n;
-        const CUpti_CallbackId *ids = np_launch_cbids(runtime, &n);
         CUpti_CallbackDomain domain =
             runtime ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API;
-        for (size_t i = 0; i < n; i++) {
-            if (check(api->EnableCallback(1, inj.subscriber, domain, ids[i]), "cuptiEnableCallback",
+        for (size_t i = 0; i < np_launch_api_count(runtime); i++) {
+            CUpti_CallbackId id = np_launch_api_cbid(runtime, i);
+            if (check(api->EnableCallback(1, inj.subscriber, domain, id), "cuptiEnableCallback",
                       message, size))
                 return -1;
             /* API records only for the trace file: the daemon pairs by marker */
-            if (inj.file_mode && check(runtime ? api->ActivityEnableRuntimeApi(ids[i], 1)
-                                               : api->ActivityEnableDriverApi(ids[i], 1),
+            if (inj.file_mode && check(runtime ? api->ActivityEnableRuntimeApi(id, 1)
+                                               : api->ActivityEnableDriverApi(id, 1),
                                        "cuptiActivityEnable(Runtime|Driver)Api", message, size))
                 return -1;
         }
@@ -139,6 +178,7 @@ static uint32_t activate(char *message, size_t size) {
     struct np_cupti_api *api = &inj.api;
     if (np_cupti_api_load(api, message, size) < 0)
         goto out;
+    np_names_init(); /* before the first launch callback can come */
     status = subscribe(message, size);
     if (status != NP_HELLO_ACTIVE)
         goto out;
@@ -198,25 +238,52 @@ static void at_exit(void) {
 static void after_fork_in_child(void) {
     inj.active = false; /* CUPTI state does not survive fork; send nothing */
     pthread_mutex_init(&flush_lock, NULL);
+    pthread_mutex_init(&start_lock, NULL);
     np_sink_forget_after_fork();
+    /* what an attach to the child will be told: CUPTI is not turned on here */
+    np_sink_set_status(NP_HELLO_CUPTI_FAILED,
+                       "a forked child of the process that loaded ncclprobe's CUPTI library: "
+                       "CUPTI does not survive fork");
 }
 
-NP_EXPORT int InitializeInjection(void) {
-    pthread_mutex_lock(&inj.lock);
-    bool first = !inj.initialized;
-    inj.initialized = true;
-    pthread_mutex_unlock(&inj.lock);
-    if (!first)
-        return 1;
+/* Once per process: the child of a fork sends nothing, and the exit
+ * flushes what CUPTI holds. A failure is said and lived with. Called under
+ * start_lock, or first on our thread (a live start: nothing else calls it). */
+static void add_exit_hooks(void) {
+    if (inj.exit_hooks)
+        return;
+    inj.exit_hooks = true;
+    int err = pthread_atfork(NULL, NULL, after_fork_in_child);
+    if (err)
+        fprintf(stderr, "ncclprobe-cupti: pthread_atfork: %s\n", strerror(err));
+    if (atexit(at_exit) != 0)
+        fprintf(stderr, "ncclprobe-cupti: atexit failed: GPU records of the last 100 ms are "
+                        "lost at exit\n");
+}
 
+static const struct np_sink_hooks sink_hooks = {.activate = activate, .flush = flush_periodic};
+/* Live: the exit hooks are registered on our thread, not on the attaching
+ * one (which may have been stopped anywhere that holds no lock of libc's:
+ * as little as possible runs there). */
+static const struct np_sink_hooks live_hooks = {
+    .activate = activate, .flush = flush_periodic, .started = add_exit_hooks};
+
+/* InitializeInjection's part, under start_lock: 1, or 0 when the library
+ * stays out. */
+static int start_at_cuinit(void) {
+    inj.initialized = true;
+    inj.loaded_at_start = true;
     const char *file = getenv("NCCLPROBE_CUPTI_OUTPUT");
     const char *socket_path = getenv(NP_WIRE_SOCKET_ENV);
     if (!socket_path || !socket_path[0])
         socket_path = NP_WIRE_DEFAULT_SOCKET;
     inj.file_mode = file && file[0];
 
-    struct np_sink_hooks hooks = {.activate = activate, .flush = flush_periodic};
-    int err = np_sink_start(inj.file_mode ? file : NULL, socket_path, &hooks);
+    struct np_sink_config cfg = {.file = inj.file_mode ? file : NULL,
+                                 .socket_path = inj.file_mode ? NULL : socket_path,
+                                 .fd = -1,
+                                 .origin = NP_ORIGIN_START};
+    int err = np_sink_start(&cfg, &sink_hooks);
     if (err < 0) {
         fprintf(stderr, "ncclprobe-cupti: cannot start (%s): %s\n",
                 inj.file_mode ? file : socket_path, strerror(-err));
@@ -231,7 +298,66 @@ NP_EXPORT int InitializeInjection(void) {
             return 0;
         }
     }
-    pthread_atfork(NULL, NULL, after_fork_in_child);
-    atexit(at_exit);
+    add_exit_hooks();
     return 1;
+}
+
+NP_EXPORT int InitializeInjection(void) {
+    pthread_mutex_lock(&start_lock);
+    int rc = inj.initialized ? 1 : start_at_cuinit();
+    pthread_mutex_unlock(&start_lock);
+    return rc;
+}
+
+/* A connected AF_UNIX stream socket, close-on-exec from now on: 0 or -errno. */
+static int check_socket(int fd) {
+    int type = 0, domain = 0;
+    socklen_t len = sizeof(type);
+    if (fd < 0)
+        return -EBADF;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
+        return -errno; /* -ENOTSOCK, -EBADF */
+    len = sizeof(domain);
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0)
+        return -errno;
+    if (type != SOCK_STREAM || domain != AF_UNIX)
+        return -EPROTOTYPE;
+    struct sockaddr_un peer;
+    len = sizeof(peer);
+    if (getpeername(fd, (struct sockaddr *)&peer, &len) < 0)
+        return -errno; /* -ENOTCONN */
+    if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+        return -errno;
+    return 0;
+}
+
+/* The first start in this process, on fd (under start_lock). */
+static int start_live(int fd) {
+    inj.initialized = true;
+    struct np_sink_config cfg = {
+        .fd = fd, .origin = inj.loaded_at_start ? NP_ORIGIN_START : NP_ORIGIN_INJECTED};
+    return np_sink_start(&cfg, &live_hooks);
+}
+
+/* The live entry point (see the top of this file). flags: none defined yet.
+ * 0 with fd the library's from then on; else -errno and fd left to the
+ * caller: -EBADF, -ENOTSOCK, -EPROTOTYPE, -ENOTCONN (not a connected
+ * AF_UNIX stream socket), -EBUSY (InitializeInjection is running on another thread: try
+ * again), -EEXIST (the library writes a trace file, NCCLPROBE_CUPTI_OUTPUT),
+ * -ESHUTDOWN (the process is exiting), or what starting our thread gave. */
+NP_EXPORT int ncclprobe_cupti_attach(int sock_fd, unsigned flags) {
+    (void)flags;
+    int err = check_socket(sock_fd);
+    if (err < 0)
+        return err;
+    if (pthread_mutex_trylock(&start_lock) != 0)
+        return -EBUSY;
+    if (inj.file_mode)
+        err = -EEXIST;
+    else if (np_sink_running())
+        err = np_sink_adopt(sock_fd);
+    else
+        err = start_live(sock_fd);
+    pthread_mutex_unlock(&start_lock);
+    return err;
 }

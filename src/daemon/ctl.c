@@ -216,6 +216,14 @@ int np_ctl_parse_request(const char *line, size_t len, struct np_ctl_request *re
         }
         req->duration_s = v;
     }
+    const cJSON *cupti = cJSON_GetObjectItemCaseSensitive(root, "cupti");
+    if (cupti && !cJSON_IsNull(cupti)) {
+        if (req->cmd != NP_CTL_START || !cJSON_IsBool(cupti)) {
+            set_err(err, errlen, "cupti is true or false, and applies to start only");
+            goto out;
+        }
+        req->cupti = cJSON_IsTrue(cupti);
+    }
     rc = 0;
 out:
     cJSON_Delete(root);

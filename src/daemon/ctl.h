@@ -11,6 +11,7 @@
 #define NP_DAEMON_CTL_H
 
 #include <cjson/cJSON.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -34,6 +35,7 @@ enum np_ctl_cmd { NP_CTL_START, NP_CTL_STOP, NP_CTL_STATUS, NP_CTL_SNAPSHOT };
 struct np_ctl_request {
     enum np_ctl_cmd cmd;
     double duration_s; /* start only; 0: none given */
+    bool cupti;        /* start only: bring the CUPTI library into the traced processes */
     pid_t peer_pid;    /* from SO_PEERCRED */
     uid_t peer_uid;
 };

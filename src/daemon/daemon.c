@@ -24,6 +24,7 @@
 #include "daemon/internal.h"
 #include "ingest/gpu_socket.h"
 #include "lib/caps.h"
+#include "session/agent.h"
 #include "session/preflight.h"
 
 #define EXIT_USAGE 2
@@ -286,6 +287,8 @@ static void on_event(struct daemon *d, uint64_t tag) {
         on_signals(d);
     else if (tag == NP_TAG_GPU)
         np_gpu_server_poll(d->s.gpu_server);
+    else if (tag == NP_TAG_AGENT)
+        np_session_agents_done(&d->s);
     else if (tag == TAG_DISCOVER)
         np_discover_poll(d->disc);
     else if (tag == TAG_CTL)
@@ -316,6 +319,7 @@ static int run(struct daemon *d) {
 /* SIGTERM: every record BPF sent is read, every set written. */
 static void shut_down(struct daemon *d) {
     np_info("stopping: writing every open output set");
+    np_session_agents_stop(&d->s);
     if (d->s.skel && d->s.rb)
         np_session_stop_and_drain(&d->s);
     np_session_finish_gpu(&d->s);

@@ -78,6 +78,7 @@ struct daemon {
 
     /* windows.c: the capture window, the always-on aggregation's period */
     bool window_open;
+    bool window_cupti;  /* the open window brings the CUPTI library into its processes */
     uint64_t window_id; /* the open (or last) window's: 1, 2, ... */
     char window_reason[32];
     uint64_t window_start_rt, window_start_mono, window_end_mono; /* end: duration or max_window */

@@ -189,6 +189,8 @@ static int trace(struct daemon *d, const struct np_proc_labels *labels, uint64_t
     note_delays(d, t, seen_ns);
     if (d->window_open) /* a window's set exists from the moment we trace it */
         sets_open(d, p);
+    if (d->cfg.cupti_inject == NP_CUPTI_INJECT_ALWAYS || (d->window_open && d->window_cupti))
+        np_session_request_agent(&d->s, t);
     np_info("tracing pid %d (%s%s%s, ns pid %d): %d probes in %d libraries", labels->pid,
             labels->comm, labels->container[0] ? ", container " : "",
             labels->container[0] ? labels->container : "", labels->ns_pid,

@@ -44,6 +44,8 @@ static long rss_bytes(void) {
 static const char *gpu_state(const struct np_target *t) {
     if (t->gpu_hello)
         return t->gpu_off ? "off" : "active";
+    if (t->agent.requested && !t->agent.done)
+        return "injecting";
     return t->proc.gpu_marker ? "waiting for hello" : "no CUPTI library";
 }
 
@@ -64,6 +66,8 @@ static void target_json(const struct daemon *d, const struct np_target *t, const
     np_status_add_number(o, NP_ST_TARGET_DROPS, (double)drops);
     np_status_add_number(o, NP_ST_TARGET_RATE_LIMITED, (double)limited);
     np_status_add_string(o, NP_ST_TARGET_GPU, gpu_state(t));
+    np_status_add_string(o, NP_ST_TARGET_CUPTI_ORIGIN, np_agent_origin_name(t->agent.origin));
+    np_status_add_string(o, NP_ST_TARGET_CUPTI_WHY, t->agent.err ? t->agent.why : "");
     np_status_add_string(o, NP_ST_TARGET_OUTPUT, p->set ? p->set->dir : NULL);
     np_status_add_bool(o, NP_ST_TARGET_EXITED, p->exited);
 }

@@ -112,6 +112,14 @@ const struct np_status_field np_status_fields[NP_ST_COUNT] = {
                           .column = "GPU", .width = -12, .precision = 40,
                           .help = "its CUPTI library: active, off, waiting for hello, or no "
                                   "CUPTI library"},
+    [NP_ST_TARGET_CUPTI_ORIGIN] =
+        HIDDEN(NP_ST_TARGETS, "cupti_origin", NP_STATUS_STRING,
+               "how its CUPTI library came: start (CUDA_INJECTION64_PATH), injected (loaded "
+               "live by the daemon), woken (loaded before, woken by the daemon), or empty"),
+    [NP_ST_TARGET_CUPTI_WHY] =
+        HIDDEN(NP_ST_TARGETS, "cupti_why", NP_STATUS_STRING,
+               "why the daemon could not bring its CUPTI library in; empty when it did or "
+               "did not try"),
     [NP_ST_TARGET_OUTPUT] = {.parent = NP_ST_TARGETS, .key = "output", .type = NP_STATUS_STRING,
                              .flags = NP_SF_NULL, .column = "OUTPUT", .precision = 4096,
                              .help = "the output set its records go to; null: none now"},

@@ -15,6 +15,7 @@
 #include "daemon/internal.h"
 #include "daemon/status_schema.h"
 #include "ncclprobe.skel.h"
+#include "session/agent.h"
 
 /* BPF drops every launch while there is nothing to record it into. */
 static void set_bpf_switch(struct daemon *d) {
@@ -31,14 +32,21 @@ void windows_start(struct daemon *d) {
     set_bpf_switch(d);
 }
 
-static int open_window(struct daemon *d, const char *reason, double duration_s, char *msg,
-                       size_t msg_size) {
+/* The CUPTI library in every traced process, for the window (agent.c). */
+static void request_agents(struct daemon *d) {
+    for (size_t i = 0; i < d->s.ntargets; i++)
+        np_session_request_agent(&d->s, d->s.targets[i]);
+}
+
+static int open_window(struct daemon *d, const char *reason, double duration_s, bool cupti,
+                       char *msg, size_t msg_size) {
     if (d->window_open) {
         snprintf(msg, msg_size, "window %" PRIu64 " is already open (%s)", d->window_id,
                  d->window_reason);
         return -EBUSY;
     }
     d->window_open = true;
+    d->window_cupti = cupti || d->cfg.cupti_inject != NP_CUPTI_INJECT_NEVER;
     d->window_id++;
     snprintf(d->window_reason, sizeof(d->window_reason), "%s", reason);
     d->window_start_rt = np_realtime_ns();
@@ -48,8 +56,11 @@ static int open_window(struct daemon *d, const char *reason, double duration_s, 
     d->window_end_mono = d->window_start_mono + (want_ns < max_ns ? want_ns : max_ns);
     sets_reopen_all(d);
     set_bpf_switch(d);
-    snprintf(msg, msg_size, "window %" PRIu64 " opened (%s) for %.0f s at most", d->window_id,
-             reason, (double)(d->window_end_mono - d->window_start_mono) / 1e9);
+    if (d->window_cupti)
+        request_agents(d);
+    snprintf(msg, msg_size, "window %" PRIu64 " opened (%s) for %.0f s at most%s", d->window_id,
+             reason, (double)(d->window_end_mono - d->window_start_mono) / 1e9,
+             d->window_cupti ? ", with the CUPTI library" : "");
     np_info("%s", msg);
     return 0;
 }
@@ -88,7 +99,7 @@ static void check_flag_file(struct daemon *d) {
     d->flag_present = present;
     char msg[256];
     if (present)
-        open_window(d, "flag_file", 0, msg, sizeof(msg));
+        open_window(d, "flag_file", 0, false, msg, sizeof(msg));
     else
         close_flag_window(d, "flag file removed");
 }
@@ -139,7 +150,7 @@ int windows_ctl(struct daemon *d, const struct np_ctl_request *req, cJSON *reply
     int err = 0;
     switch (req->cmd) {
     case NP_CTL_START:
-        err = open_window(d, "ctl", req->duration_s, msg, sizeof(msg));
+        err = open_window(d, "ctl", req->duration_s, req->cupti, msg, sizeof(msg));
         break;
     case NP_CTL_STOP:
         if ((err = close_window(d, "ctl stop", msg, sizeof(msg))) == 0)

@@ -6,11 +6,13 @@
  * local user cannot make ncclprobe hold much memory. The path itself (what
  * may be replaced there, bind, mode 0666, unlinking) and accepting with the
  * peer's credentials are lib/unix_listener.c's, shared with the control
- * socket. */
+ * socket. A connection handed over (np_gpu_server_adopt) joins the clients
+ * the same way (add_client) as one accepted. */
 #define _GNU_SOURCE
 #include "ingest/gpu_socket.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,7 +73,7 @@ int np_gpu_server_open(const char *path, const struct np_gpu_server_ops *ops,
     s->listener = (struct np_unix_listener)NP_UNIX_LISTENER_INIT;
     s->epfd = -1;
     s->ops = *ops;
-    int err = np_unix_listen(path, &listen_opts, &s->listener, why, sizeof(why));
+    int err = path ? np_unix_listen(path, &listen_opts, &s->listener, why, sizeof(why)) : 0;
     if (err == -EEXIST) /* the user's path names something of theirs: said as an error */
         np_err("CUPTI socket: %s", why);
     else if (err)
@@ -81,7 +83,7 @@ int np_gpu_server_open(const char *path, const struct np_gpu_server_ops *ops,
     if (!err && (s->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
         err = -errno;
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
-    if (!err && epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listener.fd, &ev) < 0)
+    if (!err && path && epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listener.fd, &ev) < 0)
         err = -errno;
     if (err) {
         np_gpu_server_close(s); /* the socket file, if bound, goes with it */
@@ -146,6 +148,39 @@ static void reject(struct np_gpu_server *s, struct client *c, enum np_reject_rea
     drop_client(s, c);
 }
 
+/* fd (nonblocking, close-on-exec) from peer pid becomes a client, waiting
+ * for its HELLO: 0, or -errno with fd closed. */
+static int add_client(struct np_gpu_server *s, int fd, pid_t pid) {
+    if (s->nclients >= MAX_CLIENTS) {
+        s->stats.rejected[NP_REJECT_TOO_MANY]++;
+        s->stats.clients_rejected++;
+        close(fd);
+        return -EMFILE;
+    }
+    struct client *c = calloc(1, sizeof(*c));
+    if (c && (c->buf = malloc(FIRST_BUFFER)))
+        c->cap = FIRST_BUFFER;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+    int err = !c || !c->buf ? -ENOMEM : 0;
+    if (!err && epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+        err = -errno;
+    if (err) {
+        if (c)
+            free(c->buf);
+        free(c);
+        close(fd);
+        return err;
+    }
+    c->fd = fd;
+    np_unix_clock_start(&c->clock, np_monotonic_ns());
+    s->nclients++;
+    c->pid = pid;
+    c->ns_pid = namespace_pid(pid);
+    c->next = s->clients;
+    s->clients = c;
+    return 0;
+}
+
 static void accept_clients(struct np_gpu_server *s) {
     for (;;) {
         struct np_unix_peer peer;
@@ -154,31 +189,46 @@ static void accept_clients(struct np_gpu_server *s) {
             continue; /* that one is closed: the next */
         if (fd < 0)
             return;
-        if (s->nclients >= MAX_CLIENTS) {
-            s->stats.rejected[NP_REJECT_TOO_MANY]++;
-            s->stats.clients_rejected++;
-            close(fd);
-            continue;
-        }
-        struct client *c = calloc(1, sizeof(*c));
-        if (c && (c->buf = malloc(FIRST_BUFFER)))
-            c->cap = FIRST_BUFFER;
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-        if (!c || !c->buf || epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-            if (c)
-                free(c->buf);
-            free(c);
-            close(fd);
-            continue;
-        }
-        c->fd = fd;
-        np_unix_clock_start(&c->clock, np_monotonic_ns());
-        s->nclients++;
-        c->pid = peer.pid;
-        c->ns_pid = namespace_pid(peer.pid);
-        c->next = s->clients;
-        s->clients = c;
+        add_client(s, fd, peer.pid); /* a refused one is counted or closed there */
     }
+}
+
+/* The peer's pid (our pid namespace) of a connected AF_UNIX stream socket,
+ * made nonblocking and close-on-exec; -errno. */
+static int adopt_peer(int fd, pid_t *pid) {
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    int type = 0;
+    socklen_t type_len = sizeof(type);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &type_len) < 0)
+        return -errno;
+    if (type != SOCK_STREAM)
+        return -EPROTOTYPE;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+        return -errno;
+    if (cred.pid <= 0) /* not a connected Unix socket, or a peer we cannot see */
+        return -ENOTCONN;
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 ||
+        fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+        return -errno;
+    *pid = cred.pid;
+    return 0;
+}
+
+int np_gpu_server_adopt(struct np_gpu_server *s, int fd) {
+    pid_t pid = 0;
+    int err = fd < 0 ? -EBADF : adopt_peer(fd, &pid);
+    if (err) {
+        if (fd >= 0)
+            close(fd);
+        np_debug("CUPTI connection handed over (fd %d) refused: %s", fd, strerror(-err));
+        return err;
+    }
+    err = add_client(s, fd, pid);
+    if (!err)
+        s->stats.clients_adopted++;
+    return err;
 }
 
 static int handle_hello(struct np_gpu_server *s, struct client *c, const struct np_wire_header *h) {
@@ -205,23 +255,48 @@ static bool record_ok(const struct np_gpu_record *r, size_t room) {
            r->kind <= NP_GPU_API_DRIVER;
 }
 
-/* Checks every record of the frame first: a bad frame delivers nothing. */
+/* The size of the item (record, name entry) at p when it is whole and
+ * valid within room bytes, else 0. */
+typedef uint32_t (*item_size_fn)(const uint8_t *p, size_t room);
+
+static uint32_t record_size(const uint8_t *p, size_t room) {
+    const struct np_gpu_record *r = (const void *)p;
+    return record_ok(r, room) ? r->size : 0;
+}
+
+static bool name_ok(const struct np_wire_name *e, size_t room) {
+    return room >= NP_WIRE_NAME_FIXED && e->handle != 0 && e->name_len >= 1 &&
+           e->name_len <= NP_WIRE_MAX_NAME && np_wire_name_size(e->name_len) <= room;
+}
+
+static uint32_t name_size(const uint8_t *p, size_t room) {
+    const struct np_wire_name *e = (const void *)p;
+    return name_ok(e, room) ? np_wire_name_size(e->name_len) : 0;
+}
+
+/* A counted frame (ACTIVITY, NAMES: a head with the count, then the items)
+ * whose every item is valid and whose last one ends the frame: checked
+ * whole before any item is used, so a bad frame delivers nothing. */
+static bool counted_frame_ok(const uint8_t *frame, uint32_t size, item_size_fn item_size) {
+    const struct np_wire_activity *head = (const void *)frame; /* = struct np_wire_names */
+    if (size < sizeof(*head))
+        return false;
+    size_t off = sizeof(*head);
+    for (uint32_t i = 0; i < head->count; i++) {
+        uint32_t n = item_size(frame + off, size - off);
+        if (!n)
+            return false;
+        off += n;
+    }
+    return off == size;
+}
+
 static int handle_activity(struct np_gpu_server *s, struct client *c, const uint8_t *frame,
                            uint32_t size) {
-    const struct np_wire_activity *a = (const void *)frame;
-    if (size < sizeof(*a))
-        return NP_REJECT_BAD_RECORD;
-    size_t off = sizeof(*a);
-    for (uint32_t i = 0; i < a->count; i++) {
-        const struct np_gpu_record *r = (const void *)(frame + off);
-        if (!record_ok(r, size - off))
-            return NP_REJECT_BAD_RECORD;
-        off += r->size;
-    }
-    if (off != size)
+    if (!counted_frame_ok(frame, size, record_size))
         return NP_REJECT_BAD_RECORD;
     s->stats.frames++;
-    for (off = sizeof(*a); off < size;) {
+    for (size_t off = sizeof(struct np_wire_activity); off < size;) {
         const struct np_gpu_record *r = (const void *)(frame + off);
         off += r->size;
         s->stats.records++;
@@ -230,6 +305,21 @@ static int handle_activity(struct np_gpu_server *s, struct client *c, const uint
             continue;
         }
         s->ops.on_record(s->ops.ctx, c->pid, r);
+    }
+    return -1;
+}
+
+static int handle_names(struct np_gpu_server *s, struct client *c, const uint8_t *frame,
+                        uint32_t size) {
+    if (!counted_frame_ok(frame, size, name_size))
+        return NP_REJECT_BAD_RECORD;
+    s->stats.frames++;
+    for (size_t off = sizeof(struct np_wire_names); off < size;) {
+        const struct np_wire_name *e = (const void *)(frame + off);
+        off += np_wire_name_size(e->name_len);
+        s->stats.names++;
+        if (s->ops.on_names)
+            s->ops.on_names(s->ops.ctx, c->pid, e->handle, e->name, e->name_len);
     }
     return -1;
 }
@@ -244,6 +334,8 @@ static int handle_frame(struct np_gpu_server *s, struct client *c, const uint8_t
     switch (h->type) {
     case NP_WIRE_ACTIVITY:
         return handle_activity(s, c, frame, h->size);
+    case NP_WIRE_NAMES:
+        return handle_names(s, c, frame, h->size);
     case NP_WIRE_STATS:
         if (h->size != sizeof(struct np_wire_stats))
             return NP_REJECT_BAD_RECORD;

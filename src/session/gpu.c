@@ -11,8 +11,10 @@
 #include <unistd.h>
 
 #include "correlate/gpu.h"
+#include "correlate/kernels.h"
 #include "ingest/gpu_socket.h"
 #include "lib/util.h"
+#include "ncclprobe/recording.h"
 #include "session/session.h"
 #include "session/target.h"
 #include "writers/output.h"
@@ -21,11 +23,34 @@
 #define GPU_MAX_WAITING 200000     /* launches waiting for GPU records, at most */
 #define GPU_FINAL_WAIT_MS 500      /* at the end: the last flush of live targets */
 
+/* The name a held launch is written under: the CPU side's, unless that was
+ * a handle made before we attached ("<unnamed 0x...>"): then what the CUPTI
+ * library said of the handle (a NAMES frame, sent before the launch's
+ * records), else the name on its first kernel record. */
+static const char *retire_name(struct np_session *s, const struct np_gpu_launch *l, char *buf,
+                               size_t size) {
+    if (strncmp(l->cpu_kernel, NP_KERNEL_UNNAMED_PREFIX, strlen(NP_KERNEL_UNNAMED_PREFIX)) != 0)
+        return l->cpu_kernel;
+    struct np_target *t = np_session_find_target(s, (pid_t)l->pid);
+    const char *named = t && t->kernels ? np_kernel_names_lookup(t->kernels, l->handle) : NULL;
+    if (named)
+        return named;
+    for (uint32_t i = 0; i < l->nrecords; i++) {
+        const struct np_gpu_record *r = l->records[i];
+        if (r->kind == NP_GPU_KERNEL && r->name_len) {
+            snprintf(buf, size, "%.*s", (int)r->name_len, r->name);
+            return buf;
+        }
+    }
+    return l->cpu_kernel;
+}
+
 static void gpu_retire(void *ctx, const struct np_gpu_launch *l, enum np_gpu_status status) {
     struct np_session *s = ctx;
     struct np_output *out = l->owner ? l->owner : s->out;
+    char buf[NP_WIRE_MAX_NAME + 1];
     if (out)
-        np_output_gpu_launch(out, l, status);
+        np_output_gpu_launch(out, l, status, retire_name(s, l, buf, sizeof(buf)));
     if (s->sink && s->sink->retired)
         s->sink->retired(s, l->owner);
     if (!l->tag || !l->nrecords)
@@ -59,6 +84,8 @@ static void gpu_on_hello(void *ctx, pid_t pid, const struct np_wire_hello *h) {
         return;
     t->gpu_hello = true;
     t->gpu_status = h->status;
+    if (h->origin == NP_ORIGIN_START && t->agent.origin == NP_AGENT_NONE)
+        t->agent.origin = NP_AGENT_AT_START;
     /* A time namespace shifts the target's CLOCK_MONOTONIC: its GPU times
      * are then not on the clock of its launches. Said, not corrected. */
     int64_t offset = (int64_t)(h->clock_mono_ns - np_monotonic_ns());
@@ -71,12 +98,29 @@ static void gpu_on_hello(void *ctx, pid_t pid, const struct np_wire_hello *h) {
     snprintf(t->gpu_message, sizeof(t->gpu_message), "%s", h->message);
     if (h->status == NP_HELLO_ACTIVE) {
         t->gpu_off = false;
+        /* A library brought in live said hello: CUPTI is on. What was held
+         * before ran while it was off (or had no one to send to). */
+        if (t->agent.origin == NP_AGENT_INJECTED || t->agent.origin == NP_AGENT_WOKEN)
+            np_gpu_join_library_started(s->gpu_join, (uint32_t)pid);
         np_info("pid %d (%s): GPU records from %s", t->proc.pid, t->comm, h->message);
         return;
     }
     np_warn("pid %d (%s): no GPU records: %s", t->proc.pid, t->comm, h->message);
     t->gpu_off = true;
     np_gpu_join_finish_pid(s->gpu_join, (uint32_t)pid, NP_GPU_NONE);
+}
+
+/* The library named a launch handle (one made before we attached): later
+ * launches are named at once, held ones when they retire. */
+static void gpu_on_names(void *ctx, pid_t pid, uint64_t handle, const char *name, size_t len) {
+    struct np_target *t = np_session_find_target(ctx, pid);
+    if (!t || !t->kernels)
+        return;
+    char text[NP_WIRE_MAX_NAME + 1];
+    snprintf(text, sizeof(text), "%.*s", (int)len, name);
+    int err = np_kernel_names_add(t->kernels, handle, text);
+    if (err)
+        np_debug("pid %d: kernel name: %s", (int)pid, strerror(-err));
 }
 
 static void gpu_on_record(void *ctx, pid_t pid, const struct np_gpu_record *r) {
@@ -145,6 +189,7 @@ int np_session_setup_gpu(struct np_session *s) {
                                      .is_traced = gpu_is_traced,
                                      .on_hello = gpu_on_hello,
                                      .on_record = gpu_on_record,
+                                     .on_names = gpu_on_names,
                                      .on_stats = gpu_on_stats,
                                      .on_close = gpu_on_close};
     int err = np_gpu_server_open(s->opt.cupti_socket, &sops, &s->gpu_server);

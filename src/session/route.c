@@ -40,12 +40,15 @@ static void new_mapping(struct np_ingest *in, struct np_ingest_proc *p, uint64_t
 }
 
 /* A launch of a process whose CUPTI library sends GPU records waits in the
- * join for them; any other is written now. */
+ * join for them (and is written when they are in); any other is written now. */
 static void write_launch(struct np_session *s, struct np_target *t, struct np_output *out,
                          const struct np_launch *l, const struct np_stack_texts *stack,
                          const char *kernel) {
-    bool hold = s->gpu_join && t->proc.gpu_marker && !t->gpu_off && !l->nested;
-    uint64_t sid = np_output_launch(out, l, stack, kernel, hold ? &s->held_json : NULL);
+    /* held too while the library is being brought in: when it comes it names
+     * kernels whose handles were made before we attached */
+    bool coming = t->agent.requested && !t->agent.done;
+    bool hold = s->gpu_join && (t->proc.gpu_marker || coming) && !t->gpu_off && !l->nested;
+    uint64_t sid = np_output_launch(out, l, stack, kernel, hold ? &s->held : NULL);
     if (!hold)
         return;
     /* The join's clock is CLOCK_MONOTONIC, the clock of the event's own time. */
@@ -53,18 +56,26 @@ static void write_launch(struct np_session *s, struct np_target *t, struct np_ou
     if (!t->gpu_first_held_ns)
         t->gpu_first_held_ns = e->hdr.ts_ns;
     bool runtime_api = l->def->family == NP_FAMILY_RUNTIME || l->def->family == NP_FAMILY_NCCL;
-    /* an NCCL launch's GPU time goes to its communicator's totals */
-    uint64_t tag = l->nccl_plan ? l->nccl_plan->comm : 0;
+    struct np_gpu_held held = {
+        .stack_id = sid,
+        .json = np_str_cstr(&s->held.json),
+        .ext = np_str_cstr(&s->held.ext),
+        .cpu_kernel = kernel,
+        .handle = l->func,
+        /* an NCCL launch's GPU time goes to its communicator's totals */
+        .tag = l->nccl_plan ? l->nccl_plan->comm : 0,
+        .owner = out,
+    };
     int err =
-        np_gpu_join_launch(s->gpu_join, e->hdr.pid, e->hdr.tid, sid, np_str_cstr(&s->held_json),
-                           kernel, runtime_api, tag, out, e->hdr.ts_ns);
+        np_gpu_join_launch(s->gpu_join, e->hdr.pid, e->hdr.tid, &held, runtime_api, e->hdr.ts_ns);
     if (!err && s->sink && s->sink->held)
         s->sink->held(s, out);
     if (err) { /* cannot wait: written now, as never matched */
         struct np_gpu_launch now = {.stack_id = sid,
-                                    .json = (char *)np_str_cstr(&s->held_json),
+                                    .json = (char *)held.json,
+                                    .ext = (char *)held.ext,
                                     .cpu_kernel = (char *)kernel};
-        np_output_gpu_launch(out, &now, NP_GPU_PENDING);
+        np_output_gpu_launch(out, &now, NP_GPU_PENDING, kernel);
     }
 }
 

@@ -209,7 +209,8 @@ void np_session_free(struct np_session *s) {
     s->ingest.raw_dump = NULL;
     np_ingest_free(&s->ingest);
     np_nccl_comms_free(&s->nccl_comms);
-    np_str_free(&s->held_json);
+    np_str_free(&s->held.json);
+    np_str_free(&s->held.ext);
     if (s->epfd >= 0)
         close(s->epfd);
     if (s->sigfd >= 0)

@@ -8,7 +8,8 @@
  *
  * The session is the only place that knows every stage: ingest hands it
  * decoded records (route.c), it names and correlates them (correlate/) and
- * hands them to the writers. Files: session.c (signals, BPF, counters,
+ * hands them to the writers. agent.c brings the CUPTI library into running
+ * processes. Files: session.c (signals, BPF, counters,
  * draining), targets.c and target.c (the traced processes), route.c
  * (records to the writers), gpu.c (the GPU side), summary.c (summary.json),
  * settings.c (the one table of settings of record and the daemon),
@@ -26,6 +27,7 @@
 #include "lib/util.h"
 #include "ncclprobe/events.h"
 #include "session/settings.h"
+#include "writers/output.h"
 
 struct bpf_map;
 struct np_target;
@@ -33,6 +35,7 @@ struct np_gpu_server;
 struct np_gpu_join;
 struct np_output;
 struct np_session;
+struct np_agents;
 
 /* Where a session's records go when it has more than one output (the
  * daemon: one output set per process and window). Without it every record
@@ -57,7 +60,7 @@ struct np_session {
     const struct np_sink_ops *sink; /* NULL: everything to out */
     struct np_ingest ingest;
     struct np_nccl_comms nccl_comms; /* per-communicator totals */
-    struct np_str held_json;         /* a launch's JSON while the join holds it */
+    struct np_output_held held;      /* a launch's texts as the join takes them */
     int epfd, sigfd;
     uint64_t start_ns, start_realtime_ns;
     const char *stop_reason;
@@ -66,10 +69,18 @@ struct np_session {
     struct np_gpu_join *gpu_join;
     pid_t *gpu_closed; /* processes whose library disconnected, not yet finished */
     size_t ngpu_closed;
+    struct np_agents *agents; /* the injector's worker (agent.c); NULL until asked for */
 };
 
 /* epoll tags of the session's fds; a target's pidfd is NP_TAG_TARGET + pid. */
-enum { NP_TAG_RING = 0, NP_TAG_SIGNAL = 1, NP_TAG_GPU = 2, NP_TAG_EXTRA = 3, NP_TAG_TARGET = 64 };
+enum {
+    NP_TAG_RING = 0,
+    NP_TAG_SIGNAL = 1,
+    NP_TAG_GPU = 2,
+    NP_TAG_AGENT = 3, /* injections finished (agent.c) */
+    NP_TAG_EXTRA = 4, /* the daemon's own, from here */
+    NP_TAG_TARGET = 64,
+};
 
 void np_session_set_verbose(bool verbose);
 /* SIGINT, SIGTERM and `extra` (record: SIGCHLD, the daemon: SIGHUP) arrive
@@ -111,7 +122,8 @@ void np_session_stop_and_drain(struct np_session *s);
 void np_session_finish_gpu(struct np_session *s);
 /* summary.json of the session at path (record). */
 int np_session_write_summary(struct np_session *s, const char *path);
-/* Releases everything but opt (the caller's). */
+/* Releases everything but opt (the caller's); np_session_agents_stop first
+ * when agents were asked for. */
 void np_session_free(struct np_session *s);
 
 #endif

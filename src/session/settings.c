@@ -36,6 +36,7 @@ _Static_assert(sizeof(enum np_log_level) == sizeof(int), "NP_STORE_INT");
 
 static const char *const unwind_names[] = {"auto", "dwarf", "fp", NULL};
 static const char *const python_names[] = {"merge", "raw", "off", NULL};
+static const char *const cupti_inject_names[] = {"never", "window", "always", NULL};
 static const char *const log_names[] = {"error", "warn", "info", "debug", NULL};
 
 #define REC(how, field) .record = {NP_STORE_##how, offsetof(struct np_settings, field)}
@@ -76,8 +77,9 @@ const struct np_setting np_settings_table[] = {
              "(CUDA_INJECTION64_PATH) send GPU records",
      REC(BORROW, cupti_socket), CONF(STR, cupti_socket)},
     {.flag = "cupti", .flag_value = "yes", .type = NP_V_BOOL,
-     .help = "with -- CMD: run CMD with our CUPTI library injected\n"
-             "(GPU kernels and times joined to each launch)",
+     .help = "our CUPTI library in the targets (GPU kernels and\n"
+             "times joined to each launch): -- CMD starts with it;\n"
+             "--pid: loaded into the running process, or woken",
      REC(BOOL, inject_cupti)},
     {.flag = "no-gpu", .flag_value = "no", .key = "gpu", .type = NP_V_BOOL, .restart = true,
      .def = "yes", .allowed = BOOLS, .help = "listen for GPU records and join them to the launches",
@@ -89,6 +91,13 @@ const struct np_setting np_settings_table[] = {
      .help = "how long a launch waits for its GPU records before\n"
              "it is written as [GPU_Launch_Pending]",
      REC(LONG, gpu_timeout_ms), CONF(U64, gpu_timeout_ms)},
+    {.key = "cupti_inject", .type = NP_V_ENUM, .names = cupti_inject_names, .def = "never",
+     .allowed = "never, window or always",
+     .help = "bring libncclprobe_cupti.so into running processes (loaded\n"
+             "live, or woken where it is): never (only `ctl start --cupti`\n"
+             "windows), window (every capture window), always (every\n"
+             "process, as soon as it is traced)",
+     CONF(INT, cupti_inject)},
     /* capture windows and aggregation */
     {.key = "flag_file", .type = NP_V_PATH, .empty_ok = true,
      .allowed = "an absolute path, or empty for none",

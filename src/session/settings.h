@@ -62,9 +62,13 @@ struct np_globs {
 
 /* The daemon's configuration file (docs/daemon.md, "Configuration"). Every
  * string and list is its own (np_config_free). */
+/* When the daemon brings the CUPTI library into the processes it traces. */
+enum np_cupti_inject { NP_CUPTI_INJECT_NEVER, NP_CUPTI_INJECT_WINDOW, NP_CUPTI_INJECT_ALWAYS };
+
 struct np_daemon_config {
     char *output_dir, *ctl_socket, *cupti_socket, *flag_file; /* flag_file NULL: none */
     bool gpu, aggregate;
+    int cupti_inject; /* enum np_cupti_inject */
     /* max_output_age_ms 0: no age cap. Every duration is at most 36500 days,
      * so converting one to nanoseconds cannot overflow a uint64_t. */
     uint64_t gpu_timeout_ms, aggregate_interval_ms, max_window_ms, max_output_age_ms;

@@ -18,6 +18,7 @@
 #include "lib/util.h"
 #include "ncclprobe/events.h"
 #include "ncclprobe/gpu_wire.h"
+#include "session/agent.h"
 
 struct np_kernel_names;
 struct cJSON;
@@ -40,6 +41,7 @@ struct np_target {
     uint32_t gpu_status;            /* enum np_hello_status */
     char gpu_message[256];          /* what the library said (why it stayed out) */
     struct np_wire_stats gpu_stats; /* the library's last counters */
+    struct np_agent_state agent;    /* how the library came, or why it did not */
 };
 
 /* Reads comm and exe of a live pid and opens its pidfd; -ESRCH if it does

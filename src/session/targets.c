@@ -155,6 +155,33 @@ void np_session_remove_target(struct np_session *s, struct np_target *t) {
     }
 }
 
+/* summary.json's targets[].cupti: the process's CUPTI library - how it came
+ * (start, injected, woken), what it said, and what it counted. */
+static void cupti_json(const struct np_target *t, cJSON *g) {
+    static const char *const states[] = {"active", "cupti_busy", "cupti_failed"};
+    const struct np_agent_state *a = &t->agent;
+    const char *status = t->gpu_hello             ? states[t->gpu_status < 3 ? t->gpu_status : 2]
+                         : t->proc.gpu_marker     ? "no_connection"
+                         : a->requested && a->err ? "not_loaded"
+                                                  : "loading";
+    np_json_add_text(g, "status", status);
+    np_json_add_text(g, "message", t->gpu_message[0] ? t->gpu_message : a->why);
+    np_json_add_text(g, "origin", np_agent_origin_name(a->origin));
+    if (a->origin == NP_AGENT_INJECTED || a->origin == NP_AGENT_WOKEN) {
+        np_json_add_u64(g, "injected_at_unix_ns", a->at_realtime_ns);
+        cJSON_AddNumberToObject(g, "pause_ms", (double)a->pause_ns / 1e6);
+        cJSON_AddNumberToObject(g, "injection_ms", (double)a->took_ns / 1e6);
+    }
+    cJSON_AddNumberToObject(g, "clock_offset_ns", (double)t->gpu_clock_offset_ns);
+    const struct np_wire_stats *st = &t->gpu_stats;
+    np_json_add_u64(g, "records_sent", st->records_sent);
+    np_json_add_u64(g, "dropped_by_cupti", st->dropped_by_cupti);
+    np_json_add_u64(g, "dropped_queue_full", st->dropped_queue_full);
+    np_json_add_u64(g, "dropped_no_daemon", st->dropped_no_daemon);
+    np_json_add_u64(g, "dropped_no_buffer", st->dropped_no_buffer);
+    np_json_add_u64(g, "records_unknown", st->records_unknown);
+}
+
 /* summary.json's targets[] entry of a process: identity, counts, its
  * CPython runtime, its CUPTI library's state and its probed libraries. */
 cJSON *np_target_json(const struct np_target *t) {
@@ -187,22 +214,8 @@ cJSON *np_target_json(const struct np_target *t) {
         np_json_add_text(py, "offsets_from",
                          t->proc.python.layout.from_debug_offsets ? "_Py_DebugOffsets" : "table");
     }
-    if (t->proc.gpu_marker) {
-        static const char *const states[] = {"active", "cupti_busy", "cupti_failed"};
-        cJSON *g = cJSON_AddObjectToObject(o, "cupti");
-        np_json_add_text(g, "status",
-                         !t->gpu_hello ? "no_connection"
-                                       : states[t->gpu_status < 3 ? t->gpu_status : 2]);
-        np_json_add_text(g, "message", t->gpu_message);
-        cJSON_AddNumberToObject(g, "clock_offset_ns", (double)t->gpu_clock_offset_ns);
-        const struct np_wire_stats *st = &t->gpu_stats;
-        np_json_add_u64(g, "records_sent", st->records_sent);
-        np_json_add_u64(g, "dropped_by_cupti", st->dropped_by_cupti);
-        np_json_add_u64(g, "dropped_queue_full", st->dropped_queue_full);
-        np_json_add_u64(g, "dropped_no_daemon", st->dropped_no_daemon);
-        np_json_add_u64(g, "dropped_no_buffer", st->dropped_no_buffer);
-        np_json_add_u64(g, "records_unknown", st->records_unknown);
-    }
+    if (t->proc.gpu_marker || t->agent.requested)
+        cupti_json(t, cJSON_AddObjectToObject(o, "cupti"));
     cJSON *libs = cJSON_AddArrayToObject(o, "libraries");
     for (size_t i = 0; i < t->proc.nlibs; i++) {
         const struct np_library *l = &t->proc.libs[i];

@@ -357,7 +357,9 @@ static void nccl_launch_json(struct np_str *s, const struct np_launch *l) {
     np_str_append(s, "}");
 }
 
-/* The launch's launches.jsonl object, without its closing brace. */
+/* The launch's launches.jsonl object, without its closing brace; kernel
+ * NULL: NP_GPU_KERNEL_SLOT where its name goes (a held launch: named when
+ * its GPU records are in). */
 static void render_launch_json(struct np_str *s, const struct np_launch *l, const char *kernel,
                                uint64_t sid) {
     np_str_reset(s);
@@ -366,7 +368,10 @@ static void render_launch_json(struct np_str *s, const struct np_launch *l, cons
     np_json_string(s, l->def->api);
     np_str_appendf(s, ",\"probe_id\":%u", l->ev->called_as);
     np_str_append(s, ",\"" NP_KEY_KERNEL "\":");
-    np_json_string(s, kernel);
+    if (kernel)
+        np_json_string(s, kernel);
+    else
+        np_str_append_n(s, &(char){NP_GPU_KERNEL_SLOT}, 1);
     np_str_appendf(s, ",\"func\":\"0x%" PRIx64 "\"", l->func);
     if (l->has_dims)
         np_str_appendf(s, ",\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"shmem\":%" PRIu64,
@@ -380,6 +385,18 @@ static void render_launch_json(struct np_str *s, const struct np_launch *l, cons
         nccl_launch_json(s, l);
 }
 
+/* A launch's stacks.ext.folded line up to its stack: "ts comm pid tid cpu ". */
+static void render_ext_prefix(struct np_str *s, const struct np_launch *l) {
+    char comm[NP_COMM_LEN + 1];
+    memcpy(comm, l->ev->comm, NP_COMM_LEN);
+    comm[NP_COMM_LEN] = '\0';
+    char safe[NP_COMM_LEN * 2];
+    np_output_safe_comm(safe, sizeof(safe), comm);
+    np_str_reset(s);
+    np_str_appendf(s, "%" PRIu64 " %s %u %u %u ", (uint64_t)l->ev->hdr.ts_ns, safe, l->ev->hdr.pid,
+                   l->ev->hdr.tid, l->ev->cpu);
+}
+
 /* One more GPU leaf under a stack in merged.folded / merged.gpu_ns.folded. */
 static void add_merged(struct np_output *o, uint64_t sid, const char *leaf, uint64_t ns,
                        bool timed) {
@@ -391,51 +408,54 @@ static void add_merged(struct np_output *o, uint64_t sid, const char *leaf, uint
         add_to(o, &o->merged_ns, np_str_cstr(s), ns);
 }
 
-uint64_t np_output_launch(struct np_output *o, const struct np_launch *l,
-                          const struct np_stack_texts *texts, const char *kernel,
-                          struct np_str *held_json) {
-    uint64_t sid = stack_id(o, texts);
-    const char *stack = np_str_cstr(&texts->folded);
-    struct np_str *s = held_json ? held_json : &o->line;
-    render_launch_json(s, l, kernel, sid);
-    if (!held_json) {
-        np_str_append(s, "}\n");
-        write_line(o, LAUNCHES_JSONL, s);
-    }
-    if (l->nested) {
-        o->totals.nested++;
-        return sid;
-    }
+/* A written (outermost) launch under its kernel's final name: counted in
+ * launches.folded and by kernel, and its stacks.ext.folded line. */
+static void count_launch(struct np_output *o, uint64_t sid, const char *ext_prefix,
+                         const char *kernel) {
     o->totals.launches++;
-
     char leaf[1024];
     np_sanitize_frame(leaf, sizeof(leaf), kernel, false);
-    if (!held_json) { /* no GPU records will come: the CPU side's kernel */
-        char merged_leaf[1100];
-        snprintf(merged_leaf, sizeof(merged_leaf), NP_LEAF_KERNEL "%s", leaf);
-        add_merged(o, sid, merged_leaf, 0, false);
-    }
-    s = &o->line;
+    struct np_str *s = &o->line;
     np_str_reset(s);
     np_str_appendf(s, "%" PRIu64 ";%s", sid, leaf); /* the stack by id: a short key */
     bump(o, &o->folded_counts, np_str_cstr(s));
     bump(o, &o->kernel_counts, leaf);
-    np_str_reset(s);
-    np_str_append(s, stack);
-    np_str_appendf(s, "%s" NP_LEAF_KERNEL "%s", *stack ? ";" : "", leaf);
-
-    char comm[NP_COMM_LEN + 1];
-    memcpy(comm, l->ev->comm, NP_COMM_LEN);
-    comm[NP_COMM_LEN] = '\0';
-    char safe[NP_COMM_LEN * 2];
-    np_output_safe_comm(safe, sizeof(safe), comm);
+    const char *stack = sid >= 1 && sid < o->next_stack_id ? o->stacks[sid - 1] : "";
     struct np_str *line = &o->ext;
     np_str_reset(line);
-    np_str_appendf(line, "%" PRIu64 " %s %u %u %u ", (uint64_t)l->ev->hdr.ts_ns, safe,
-                   l->ev->hdr.pid, l->ev->hdr.tid, l->ev->cpu);
-    np_str_append_n(line, s->buf, s->len); /* long: copied, not formatted */
-    np_str_append_n(line, "\n", 1);
+    np_str_append(line, ext_prefix);
+    np_str_append(line, stack); /* long: copied, not formatted */
+    np_str_appendf(line, "%s" NP_LEAF_KERNEL "%s\n", *stack ? ";" : "", leaf);
     write_line(o, EXT_FOLDED, line);
+}
+
+uint64_t np_output_launch(struct np_output *o, const struct np_launch *l,
+                          const struct np_stack_texts *texts, const char *kernel,
+                          struct np_output_held *held) {
+    uint64_t sid = stack_id(o, texts);
+    if (held) { /* written when its GPU records are in: np_output_gpu_launch */
+        render_launch_json(&held->json, l, NULL, sid);
+        render_ext_prefix(&held->ext, l);
+        return sid;
+    }
+    struct np_str *s = &o->line;
+    render_launch_json(s, l, kernel, sid);
+    np_str_append(s, "}\n");
+    write_line(o, LAUNCHES_JSONL, s);
+    if (l->nested) {
+        o->totals.nested++;
+        return sid;
+    }
+    struct np_str prefix;
+    np_str_init(&prefix);
+    render_ext_prefix(&prefix, l);
+    count_launch(o, sid, np_str_cstr(&prefix), kernel);
+    np_str_free(&prefix);
+    /* no GPU records will come: the CPU side's kernel */
+    char leaf[1024], merged_leaf[1100];
+    np_sanitize_frame(leaf, sizeof(leaf), kernel, false);
+    snprintf(merged_leaf, sizeof(merged_leaf), NP_LEAF_KERNEL "%s", leaf);
+    add_merged(o, sid, merged_leaf, 0, false);
     return sid;
 }
 
@@ -486,12 +506,25 @@ static uint64_t gpu_ns(const struct np_gpu_record *r) {
     return r->end_ns > r->start_ns ? r->end_ns - r->start_ns : 0;
 }
 
+/* A held launch's JSON with its kernel's name where the slot is. */
+static void append_named_json(struct np_str *s, const char *json, const char *kernel) {
+    const char *slot = strchr(json, NP_GPU_KERNEL_SLOT);
+    if (!slot) {
+        np_str_append(s, json);
+        return;
+    }
+    np_str_append_n(s, json, (size_t)(slot - json));
+    np_json_string(s, kernel);
+    np_str_append(s, slot + 1);
+}
+
 void np_output_gpu_launch(struct np_output *o, const struct np_gpu_launch *gl,
-                          enum np_gpu_status status) {
-    static const char *const names[] = {"none", "matched", "pending"};
+                          enum np_gpu_status status, const char *kernel) {
+    static const char *const names[] = {NP_GPU_STATUS_NONE, NP_GPU_STATUS_MATCHED,
+                                        NP_GPU_STATUS_PENDING};
     struct np_str *s = &o->line;
     np_str_reset(s);
-    np_str_append(s, gl->json);
+    append_named_json(s, gl->json, kernel);
     np_str_append(s, ",\"correlation_ids\":[");
     for (uint32_t i = 0; i < gl->nids; i++)
         np_str_appendf(s, "%s%u", i ? "," : "", gl->ids[i]);
@@ -503,11 +536,12 @@ void np_output_gpu_launch(struct np_output *o, const struct np_gpu_launch *gl,
     }
     np_str_append(s, "]}\n");
     write_line(o, LAUNCHES_JSONL, s);
+    count_launch(o, gl->stack_id, gl->ext, kernel);
 
     char leaf[NP_WIRE_MAX_NAME + 64];
     if (status == NP_GPU_NONE) {
         char safe[1024];
-        np_sanitize_frame(safe, sizeof(safe), gl->cpu_kernel, false);
+        np_sanitize_frame(safe, sizeof(safe), kernel, false);
         snprintf(leaf, sizeof(leaf), NP_LEAF_KERNEL "%s", safe);
         add_merged(o, gl->stack_id, leaf, 0, false);
     } else if (status == NP_GPU_PENDING) {

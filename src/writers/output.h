@@ -39,19 +39,28 @@ int np_output_open(const char *dir, struct np_output **out);
  * daemon's always-on mode, whose memory and disk do not grow per launch. */
 #define NP_OUTPUT_AGGREGATE 1u
 int np_output_open_flags(const char *dir, unsigned flags, struct np_output **out);
+/* A launch that waits in the GPU join for its records: what np_output_launch
+ * renders for it (its launches.jsonl object with a slot for the kernel's
+ * name, and its stacks.ext.folded prefix), for the join to keep. */
+struct np_output_held {
+    struct np_str json, ext;
+};
+
 /* stack: the launch's stack texts (ingest.h): folded for the folded
  * outputs; detailed (with inlined frames) and locations for stacks.jsonl
- * (stack_id refers to it). */
+ * (stack_id refers to it). Returns the stack's id. With held, nothing is
+ * written or counted yet: the launch is rendered into held, and the GPU join
+ * hands it back to np_output_gpu_launch once its records are in (or not). */
 struct np_stack_texts;
 uint64_t np_output_launch(struct np_output *o, const struct np_launch *l,
                           const struct np_stack_texts *stack, const char *kernel,
-                          struct np_str *held_json);
-/* With held_json, np_output_launch renders the launches.jsonl object there
- * (without its closing brace) instead of writing it, and leaves the
- * merged.folded counts alone: the GPU join completes the launch and hands
- * it back here once its GPU records are in (or not), with its status. */
+                          struct np_output_held *held);
+/* A held launch, complete: written and counted under `kernel`, the name the
+ * session settles on once its records are in (a handle made before we
+ * attached gets its name late, from the CUPTI library), with its GPU work
+ * as leaves of merged.folded. */
 void np_output_gpu_launch(struct np_output *o, const struct np_gpu_launch *gl,
-                          enum np_gpu_status status);
+                          enum np_gpu_status status, const char *kernel);
 /* GPU work no launch claimed: under "[no launch stack]" in merged.*. */
 void np_output_gpu_unmatched(struct np_output *o, const struct np_gpu_record *r);
 void np_output_nccl_op(struct np_output *o, const struct np_launch *l,

@@ -16,4 +16,6 @@ tests/ on sys.path); tests/conftest.py holds only the fixtures.
 - merge.py       `ncclprobe merge` on written inputs, and CUPTI trace events
 - gdb.py         gdb's backtrace at a launch, the oracle for stacks
 - bpf.py         the BPF programs and links a process holds
+- inject.py      the live library injector: its test driver, self-checking targets,
+                 what an injection may change, the timing table
 """

@@ -8,7 +8,22 @@
  *   main -> run_scenario -> run_eager/run_graph/run_copies -> eager_launch/graph_launch/...
  *   thread_main -> run_thread_launches -> thread_launch            (--scenario threads)
  *     -> cudaLaunchKernel / cudaGraphLaunch / cudaMemcpyAsync / cudaMemsetAsync, then
- *     -> cupti_replay_api_ex (ENTER/EXIT callbacks) and cupti_replay_kernel/memcpy/memset */
+ *     -> cupti_replay_api_ex (ENTER/EXIT callbacks) and cupti_replay_kernel/memcpy/memset
+ *
+ * --scenario live: a process the CUPTI library is loaded into while it runs (ncclprobe's
+ * injector, or a test calling ncclprobe_cupti_attach). Nothing is loaded at start (unless
+ * --injection says so); the kernel handles are made first (cuModuleGetFunction and
+ * cuLibraryGetKernel of libfakecuda.so, the driver test double), then `ready PID` is printed and
+ * --threads threads (default 1) launch until SIGTERM, SIGINT or SIGUSR2:
+ *   live_main -> run_live_round -> live_rt_launch  -> eager_launch -> cudaLaunchKernel
+ *                               -> live_drv_launch -> cuLaunchKernel (libfakecuda.so), of a
+ *                                  CUfunction and of a CUkernel passed as one
+ * each followed by its CUPTI side with the same parameters. CUPTI's symbolName is given for the
+ * runtime launches only: the driver launches must be named by the driver's own query
+ * (cuFuncGetName / cuKernelGetName). Each --expect line also says whether a subscriber held
+ * CUPTI once the call's records were scripted ("subscriber") and the launch's function handle
+ * ("handle"); its "gpu" holds the records the double took (none before the library turned
+ * CUPTI on). */
 #include <dlfcn.h>
 #include <getopt.h>
 #include <limits.h>
@@ -22,12 +37,17 @@
 #include "cupti_replay.h"
 #include "progs_common.h"
 
+#include <signal.h>
+
 /* Third grid dimension of every launch: which scenario made it. */
 enum scenario_code {
     CODE_EAGER = 1,
     CODE_GRAPH = 2,
     CODE_COPIES = 3,
     CODE_THREADS = 4,
+    CODE_LIVE_RT = 5,  /* live: cudaLaunchKernel */
+    CODE_LIVE_DRV = 6, /* live: cuLaunchKernel of a CUfunction */
+    CODE_LIVE_LIB = 7, /* live: cuLaunchKernel of a CUkernel */
 };
 
 enum { GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET };
@@ -37,6 +57,7 @@ enum { GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET };
 #define EAGER_STREAM_ID 7 /* CUPTI stream ids of the records */
 #define GRAPH_STREAM_ID 9
 #define COPY_STREAM_ID 11
+#define LIVE_STREAM_ID 13
 #define GRAPH_ID 1
 #define GRAPH_KERNEL_NODES 5
 #define GRAPH_MEMCPY_BYTES 4096
@@ -65,9 +86,13 @@ struct call_truth {
     const char *api;
     bool has_grid;
     dim3 grid;
+    bool live;       /* live scenario: handle and subscriber are written too */
+    uint64_t handle; /* the launched function's handle */
+    bool subscriber; /* a CUPTI subscriber existed once the callbacks were made */
     uint32_t corr;
     long tid;
     int n_gpu;
+    int taken; /* of gpu[], how many the double took */
     struct gpu_record gpu[MAX_GPU_RECORDS];
 };
 
@@ -81,9 +106,11 @@ struct options {
     const char *expect;
     bool wait_signal;
     bool no_records; /* the GPU never reports: launches stay without records */
+    bool threads_given;
+    long sleep_us; /* live: pause between rounds */
 };
 
-static struct options opts = {.scenario = "eager", .threads = 8, .iters = 4};
+static struct options opts = {.scenario = "eager", .threads = 8, .iters = 4, .sleep_us = 1000};
 static FILE *expect_file;
 static pthread_mutex_t expect_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_uint launch_seq; /* makes every GPU duration distinct */
@@ -153,6 +180,7 @@ static void write_line(const struct text *t) {
         return;
     pthread_mutex_lock(&expect_lock);
     fprintf(expect_file, "%s\n", t->buf);
+    fflush(expect_file); /* whole lines, for a reader while the app runs */
     pthread_mutex_unlock(&expect_lock);
 }
 
@@ -161,6 +189,9 @@ static void write_truth(const struct call_truth *c) {
     append(&t, "{\"tid\":%ld,\"api\":\"%s\"", c->tid, c->api);
     if (c->has_grid)
         append(&t, ",\"grid\":[%u,%u,%u]", c->grid.x, c->grid.y, c->grid.z);
+    if (c->live)
+        append(&t, ",\"handle\":%lu,\"subscriber\":%s", (unsigned long)c->handle,
+               c->subscriber ? "true" : "false");
     append(&t, ",\"correlation_id\":%u,\"gpu\":[", c->corr);
     for (int i = 0; i < c->n_gpu; i++) {
         append(&t, i ? "," : "");
@@ -189,20 +220,25 @@ static struct gpu_record *add_gpu(struct call_truth *c, int type, uint64_t start
     return r;
 }
 
-/* Queues c's GPU records with the double (each is dropped there if its kind is off). */
-static void script_gpu(const struct call_truth *c) {
+/* Queues c's GPU records with the double (each is dropped there if its kind is off); returns
+ * how many it took. */
+static int script_gpu(const struct call_truth *c) {
+    int taken = 0;
     for (int i = 0; i < c->n_gpu && !opts.no_records; i++) {
         const struct gpu_record *r = &c->gpu[i];
+        int rc;
         if (r->type == GPU_KERNEL)
-            cupti_replay_kernel(c->corr, r->name, r->start_ns, r->end_ns, GPU_DEVICE, r->stream,
-                                r->graph_id, r->graph_node_id);
+            rc = cupti_replay_kernel(c->corr, r->name, r->start_ns, r->end_ns, GPU_DEVICE,
+                                     r->stream, r->graph_id, r->graph_node_id);
         else if (r->type == GPU_MEMCPY)
-            cupti_replay_memcpy(c->corr, r->copy_kind, r->bytes, r->start_ns, r->end_ns, GPU_DEVICE,
-                                r->stream, r->graph_id, r->graph_node_id);
+            rc = cupti_replay_memcpy(c->corr, r->copy_kind, r->bytes, r->start_ns, r->end_ns,
+                                     GPU_DEVICE, r->stream, r->graph_id, r->graph_node_id);
         else
-            cupti_replay_memset(c->corr, r->bytes, r->start_ns, r->end_ns, GPU_DEVICE, r->stream,
-                                r->graph_id, r->graph_node_id);
+            rc = cupti_replay_memset(c->corr, r->bytes, r->start_ns, r->end_ns, GPU_DEVICE,
+                                     r->stream, r->graph_id, r->graph_node_id);
+        taken += rc == 0;
     }
+    return taken;
 }
 
 /* A duration no other launch of this process has. */
@@ -235,7 +271,7 @@ NOINLINE void eager_launch(struct call_truth *c, const void *stub, const char *k
     c->has_grid = true;
     c->grid = grid;
     c->tid = progs_gettid();
-    script_gpu(c);
+    c->taken = script_gpu(c);
 }
 
 /* cudaGraphLaunch(0x6000, 0x5003): kernels graph_node_1..5 (graph 1, nodes 1..5) and an HtoD
@@ -419,6 +455,138 @@ NOINLINE long run_scenario(void) {
     return calls;
 }
 
+/* ---- live: the library comes while the process runs ---- */
+
+#define LIVE_RT_KERNEL "live_rt_kernel"
+#define LIVE_LIB_KERNEL "live_lib_kernel"
+#define LIVE_MODULE ((CUmodule)(uintptr_t)0x10)
+#define LIVE_LIBRARY ((CUlibrary)(uintptr_t)0x20)
+
+static const char *const live_fn_names[2] = {"live_drv_kernel_a", "live_drv_kernel_b"};
+static struct {
+    CUfunction fn[2]; /* cuModuleGetFunction, before anything is loaded */
+    CUkernel kernel;  /* cuLibraryGetKernel, launched as a CUfunction */
+    volatile sig_atomic_t stop;
+} live;
+
+static void live_stop(int sig) {
+    (void)sig;
+    live.stop = 1;
+}
+
+/* The handles, made before any CUPTI library exists in the process. */
+static void make_live_handles(void) {
+    for (int i = 0; i < 2; i++)
+        if (cuModuleGetFunction(&live.fn[i], LIVE_MODULE, live_fn_names[i]) != CUDA_SUCCESS)
+            exit(PROGS_EXIT_RUNTIME);
+    if (cuLibraryGetKernel(&live.kernel, LIVE_LIBRARY, LIVE_LIB_KERNEL) != CUDA_SUCCESS)
+        exit(PROGS_EXIT_RUNTIME);
+}
+
+/* The live truth of c once its records were scripted: its handle, whether a subscriber held
+ * CUPTI by then (if not, none did at its callbacks: the double took nothing), and only the
+ * records the double took. */
+static void mark_live(struct call_truth *c, const void *handle) {
+    c->live = true;
+    c->handle = (uint64_t)(uintptr_t)handle;
+    c->subscriber = cupti_replay_subscribed();
+    if (c->taken != c->n_gpu)
+        c->n_gpu = 0;
+}
+
+/* The eager launch of eager_kernel_a; CUPTI's symbolName names it live_rt_kernel. */
+NOINLINE void live_rt_launch(struct call_truth *c, dim3 grid) {
+    eager_launch(c, (const void *)eager_kernel_a, LIVE_RT_KERNEL, grid);
+    KEEP_FRAME();
+    mark_live(c, (const void *)eager_kernel_a);
+}
+
+/* cuLaunchKernel(f, grid, 64,1,1, 0, 0x5041, NULL, NULL) through the driver double, one kernel
+ * record on stream 13; CUPTI gives no symbolName: the library must ask the driver. */
+NOINLINE void live_drv_launch(struct call_truth *c, CUfunction f, const char *kernel_name,
+                              dim3 grid) {
+    CUstream stream = (CUstream)(uintptr_t)0x5041;
+    cuLaunchKernel_params params = {f, grid.x, grid.y, grid.z, 64, 1, 1, 0, stream, NULL, NULL};
+    CUresult status = cuLaunchKernel(f, grid.x, grid.y, grid.z, 64, 1, 1, 0, stream, NULL, NULL);
+    KEEP_FRAME();
+    c->corr =
+        cupti_replay_api_ex(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+                            "cuLaunchKernel", NULL, &params, (int)status);
+    KEEP_FRAME();
+    struct gpu_record *k = add_gpu(c, GPU_KERNEL, cupti_replay_now() + GPU_DELAY_NS,
+                                   distinct_duration_ns(), LIVE_STREAM_ID);
+    k->name = kernel_name;
+    c->api = "cuLaunchKernel";
+    c->has_grid = true;
+    c->grid = grid;
+    c->tid = progs_gettid();
+    c->taken = script_gpu(c);
+    mark_live(c, f);
+}
+
+/* One round on thread `index`: a runtime launch, a driver launch of one of the CUfunctions
+ * (alternating), a driver launch of the CUkernel. */
+NOINLINE void run_live_round(long index, long round) {
+    struct call_truth rt = {.n_gpu = 0}, drv = {.n_gpu = 0}, lib = {.n_gpu = 0};
+    live_rt_launch(&rt, launch_grid(index, round, CODE_LIVE_RT));
+    KEEP_FRAME();
+    write_truth(&rt);
+    live_drv_launch(&drv, live.fn[round % 2], live_fn_names[round % 2],
+                    launch_grid(index, round, CODE_LIVE_DRV));
+    KEEP_FRAME();
+    write_truth(&drv);
+    live_drv_launch(&lib, (CUfunction)live.kernel, LIVE_LIB_KERNEL,
+                    launch_grid(index, round, CODE_LIVE_LIB));
+    KEEP_FRAME();
+    write_truth(&lib);
+}
+
+NOINLINE void *live_main(void *arg) {
+    long index = (long)(intptr_t)arg, round = 0;
+    for (; !live.stop; round++) {
+        run_live_round(index, round);
+        KEEP_FRAME();
+        progs_sleep_us(opts.sleep_us);
+    }
+    printf("thread tid=%ld scenario=live calls=%ld\n", progs_gettid(), 3 * round);
+    return NULL;
+}
+
+/* SIGTERM, SIGINT and SIGUSR2 set live.stop; they are blocked here (and in the threads made
+ * from here on) and taken in sigsuspend(old). */
+static void catch_stop_signals(sigset_t *old) {
+    static const int stops[] = {SIGTERM, SIGINT, SIGUSR2};
+    struct sigaction sa = {.sa_handler = live_stop};
+    sigset_t set;
+    sigemptyset(&set);
+    for (size_t i = 0; i < sizeof(stops) / sizeof(stops[0]); i++) {
+        sigaddset(&set, stops[i]);
+        if (sigaction(stops[i], &sa, NULL) != 0)
+            exit(PROGS_EXIT_RUNTIME);
+    }
+    pthread_sigmask(SIG_BLOCK, &set, old);
+}
+
+/* --threads launchers (default 1) until a stop signal. */
+static void run_live(void) {
+    sigset_t old;
+    catch_stop_signals(&old);
+    long n = opts.threads_given ? opts.threads : 1;
+    pthread_t *threads = calloc((size_t)n, sizeof(*threads));
+    if (!threads)
+        exit(PROGS_EXIT_RUNTIME);
+    for (long i = 0; i < n; i++)
+        if (pthread_create(&threads[i], NULL, live_main, (void *)(intptr_t)i) != 0)
+            exit(PROGS_EXIT_RUNTIME);
+    progs_announce_ready();
+    while (!live.stop)
+        sigsuspend(&old);
+    for (long i = 0; i < n; i++)
+        pthread_join(threads[i], NULL);
+    free(threads);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
 /* ---- loading the injection library ---- */
 
 /* Points the injection library at the double this program is linked with, unless the caller
@@ -457,14 +625,15 @@ static void load_injection(const char *path) {
 /* ---- options ---- */
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "usage: cupti_app [--injection LIB] [--scenario eager|graph|memcpy|threads|mixed]\n"
-            "                 [--threads N] [--iters N] [--reverse-buffers] [--drop N]\n"
-            "                 [--expect FILE] [--wait-signal] [--no-records]\n");
+    fprintf(
+        out,
+        "usage: cupti_app [--injection LIB] [--scenario eager|graph|memcpy|threads|mixed|live]\n"
+        "                 [--threads N] [--iters N] [--reverse-buffers] [--drop N]\n"
+        "                 [--expect FILE] [--wait-signal] [--no-records] [--sleep-us N]\n");
 }
 
 static bool known_scenario(const char *name) {
-    static const char *const names[] = {"eager", "graph", "memcpy", "threads", "mixed"};
+    static const char *const names[] = {"eager", "graph", "memcpy", "threads", "mixed", "live"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strcmp(name, names[i]) == 0)
             return true;
@@ -481,7 +650,8 @@ static void parse_options(int argc, char **argv) {
         OPT_DROP,
         OPT_EXP,
         OPT_WAIT,
-        OPT_NOREC
+        OPT_NOREC,
+        OPT_SLEEP
     };
     static const struct option long_opts[] = {
         {"injection", required_argument, NULL, OPT_INJ},
@@ -493,6 +663,7 @@ static void parse_options(int argc, char **argv) {
         {"expect", required_argument, NULL, OPT_EXP},
         {"wait-signal", no_argument, NULL, OPT_WAIT},
         {"no-records", no_argument, NULL, OPT_NOREC},
+        {"sleep-us", required_argument, NULL, OPT_SLEEP},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -507,6 +678,7 @@ static void parse_options(int argc, char **argv) {
             break;
         case OPT_THREADS:
             opts.threads = progs_parse_long("--threads", optarg, 1);
+            opts.threads_given = true;
             break;
         case OPT_ITERS:
             opts.iters = progs_parse_long("--iters", optarg, 0);
@@ -522,6 +694,9 @@ static void parse_options(int argc, char **argv) {
             break;
         case OPT_NOREC:
             opts.no_records = true;
+            break;
+        case OPT_SLEEP:
+            opts.sleep_us = progs_parse_long("--sleep-us", optarg, 0);
             break;
         case OPT_WAIT:
             opts.wait_signal = true;
@@ -550,9 +725,24 @@ static void open_expect(void) {
     }
 }
 
+/* live: a library loaded later finds the double through NCCLPROBE_CUPTI_LIBRARY too. */
+static int main_live(void) {
+    export_cupti_path();
+    if (opts.injection)
+        load_injection(opts.injection);
+    make_live_handles();
+    run_live();
+    fflush(stdout);
+    if (expect_file)
+        fclose(expect_file);
+    return PROGS_EXIT_OK; /* the library's final flush (atexit) runs now */
+}
+
 int main(int argc, char **argv) {
     parse_options(argc, argv);
     open_expect();
+    if (strcmp(opts.scenario, "live") == 0)
+        return main_live();
     if (opts.injection) {
         export_cupti_path();
         load_injection(opts.injection);

@@ -75,6 +75,7 @@ struct filled_buffer {
 static struct {
     pthread_mutex_t lock;
     bool subscribed;
+    long subscriber_tid;
     struct CUpti_Subscriber_st subscriber;
     CUpti_TimestampCallbackFunc timestamp;
     CUpti_ActivityThreadIdType thread_id_type;
@@ -258,6 +259,15 @@ static void copy_name(char *dst, size_t dst_size, const char *src) {
         snprintf(dst, dst_size, "%s", src);
 }
 
+/* CUPTI_REPLAY_SUBSCRIBE_DELAY_MS, if set: a slow initialization. */
+static void subscribe_delay(void) {
+    const char *env = getenv(CUPTI_REPLAY_SUBSCRIBE_DELAY_ENV);
+    long ms = env ? strtol(env, NULL, 10) : 0;
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+    while (ms > 0 && nanosleep(&ts, &ts) != 0) {
+    }
+}
+
 /* Both subscribe entry points. Who holds CUPTI is reported as the real one does: "CUPTI for
  * <name>" for a CUPTI client (CUPTI's own 10-byte prefix), the tool name from CUPTI_REPLAY_BUSY
  * as given. On failure *subscriber is left untouched. */
@@ -265,6 +275,7 @@ static CUptiResult subscribe(CUpti_SubscriberHandle *subscriber, CUpti_CallbackF
                              void *userdata, const char *name, char *old_name, size_t old_size) {
     if (!subscriber)
         return CUPTI_ERROR_INVALID_PARAMETER;
+    subscribe_delay();
     const char *busy = getenv(CUPTI_REPLAY_BUSY_ENV);
     if (busy && *busy) {
         copy_name(old_name, old_size, busy);
@@ -283,6 +294,7 @@ static CUptiResult subscribe(CUpti_SubscriberHandle *subscriber, CUpti_CallbackF
     replay.subscriber.userdata = userdata;
     copy_name(replay.subscriber.name, sizeof(replay.subscriber.name), name ? name : "");
     replay.subscribed = true;
+    replay.subscriber_tid = (long)syscall(SYS_gettid);
     *subscriber = &replay.subscriber;
     unlock();
     return CUPTI_SUCCESS;
@@ -460,6 +472,20 @@ static struct record_queue take_queue_locked(void) {
     struct record_queue taken = replay.queue;
     memset(&replay.queue, 0, sizeof(replay.queue));
     return taken;
+}
+
+int cupti_replay_subscribed(void) {
+    lock();
+    int subscribed = replay.subscribed;
+    unlock();
+    return subscribed;
+}
+
+long cupti_replay_subscriber_tid(void) {
+    lock();
+    long tid = replay.subscriber_tid;
+    unlock();
+    return tid;
 }
 
 size_t cupti_replay_pending(void) {

@@ -17,6 +17,10 @@
  * when torch.profiler or Nsight already holds CUPTI. */
 #define CUPTI_REPLAY_BUSY_ENV "CUPTI_REPLAY_BUSY"
 
+/* Environment variable: milliseconds cuptiSubscribe/_v2 take before answering, as the real CUPTI
+ * may when it initializes in a process whose CUDA contexts exist (lazy attach). */
+#define CUPTI_REPLAY_SUBSCRIBE_DELAY_ENV "CUPTI_REPLAY_SUBSCRIBE_DELAY_MS"
+
 /* Records per buffer that cuptiActivityFlushAll uses until cupti_replay_set_flush_order. */
 #define CUPTI_REPLAY_DEFAULT_RECORDS_PER_BUFFER 64
 
@@ -65,5 +69,14 @@ void cupti_replay_set_flush_order(size_t records_per_buffer, int reverse);
 
 /* Records queued and not yet delivered (for tests of the double). */
 size_t cupti_replay_pending(void);
+
+/* Whether a subscriber holds CUPTI now (cuptiSubscribe succeeded, no cuptiFinalize since). A
+ * subscriber may come at any time, as with the real CUPTI's lazy initialization in a process
+ * whose driver already ran (a library loaded into it later): calls scripted before it came
+ * reached nobody, and their records were not queued (their kinds were not enabled). */
+int cupti_replay_subscribed(void);
+
+/* The thread (gettid) whose cuptiSubscribe succeeded last, 0 before any. */
+long cupti_replay_subscriber_tid(void);
 
 #endif

@@ -485,6 +485,15 @@ static void step_pending(const struct step *s) {
     out_unlock();
 }
 
+/* subscribed -> cupti_replay_subscribed */
+static void step_subscribed(const struct step *s) {
+    (void)s;
+    int subscribed = cupti_replay_subscribed();
+    out_lock();
+    printf("{\"op\":\"subscribed\",\"value\":%d}\n", subscribed);
+    out_unlock();
+}
+
 static void step_finalize(const struct step *s) {
     (void)s;
     print_rc("finalize", client.api.finalize());
@@ -654,6 +663,7 @@ static const struct {
     {"replay_now", step_replay_now},
     {"now_null", step_now_null},
     {"pending", step_pending},
+    {"subscribed", step_subscribed},
     {"finalize", step_finalize},
     {"result", step_result},
     {"result_null", step_result_null},

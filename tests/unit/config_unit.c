@@ -734,7 +734,7 @@ static void test_load(void) {
             }
             np_str_append(&un, "\n");
         }
-        CHECK(keys == 29); /* every key */
+        CHECK(keys == 30); /* every key */
         rc = parse(np_str_cstr(&un), &d);
         CHECK(rc == 0);
         if (rc)

@@ -351,13 +351,21 @@ static void test_gpu_join(void) {
         return;
     struct np_gpu_record r;
     /* thread 1: a runtime launch; its runtime and driver ids both join it */
-    CHECK(np_gpu_join_launch(j, 7, 1, 11, "{", "k", true, 0, NULL, 0) == 0);
+    CHECK(np_gpu_join_launch(
+              j, 7, 1,
+              &(struct np_gpu_held){
+                  .stack_id = 11, .json = "{", .cpu_kernel = "k", .tag = 0, .owner = NULL},
+              true, 0) == 0);
     np_gpu_join_marker(j, 7, 1, 5, 2, 0);
     np_gpu_join_marker(j, 7, 1, 6, 1, 0);
     /* a second runtime id on that thread: another launch, not probed */
     np_gpu_join_marker(j, 7, 1, 9, 2, 0);
     /* thread 2: a driver launch takes no runtime id */
-    CHECK(np_gpu_join_launch(j, 7, 2, 22, "{", "k", false, 0, NULL, 0) == 0);
+    CHECK(np_gpu_join_launch(
+              j, 7, 2,
+              &(struct np_gpu_held){
+                  .stack_id = 22, .json = "{", .cpu_kernel = "k", .tag = 0, .owner = NULL},
+              false, 0) == 0);
     np_gpu_join_marker(j, 7, 2, 8, 2, 0);
     np_gpu_join_marker(j, 7, 2, 10, 1, 0);
     CHECK(np_gpu_join_counters(j)->markers_unpaired == 2);
@@ -370,7 +378,11 @@ static void test_gpu_join(void) {
     np_gpu_join_record(j, 7, &r, 1 * ms);
     r = kernel_record(12); /* thread 3's, before its launch */
     np_gpu_join_record(j, 7, &r, 1 * ms);
-    CHECK(np_gpu_join_launch(j, 7, 3, 33, "{", "k", true, 0, NULL, 1 * ms) == 0);
+    CHECK(np_gpu_join_launch(
+              j, 7, 3,
+              &(struct np_gpu_held){
+                  .stack_id = 33, .json = "{", .cpu_kernel = "k", .tag = 0, .owner = NULL},
+              true, 1 * ms) == 0);
     np_gpu_join_marker(j, 7, 3, 12, 2, 1 * ms);
     np_gpu_join_tick(j, 5 * ms); /* within the linger: nothing retires */
     CHECK(got.n == 0);
@@ -380,7 +392,11 @@ static void test_gpu_join(void) {
     CHECK(got.stack[1] == 22 && got.nrecords[1] == 5);
     CHECK(got.stack[2] == 33 && got.nrecords[2] == 1);
     /* no records: pending after the timeout; unclaimed records expire too */
-    CHECK(np_gpu_join_launch(j, 7, 1, 44, "{", "k", true, 0, NULL, 30 * ms) == 0);
+    CHECK(np_gpu_join_launch(
+              j, 7, 1,
+              &(struct np_gpu_held){
+                  .stack_id = 44, .json = "{", .cpu_kernel = "k", .tag = 0, .owner = NULL},
+              true, 30 * ms) == 0);
     r = kernel_record(99);
     np_gpu_join_record(j, 7, &r, 30 * ms);
     np_gpu_join_tick(j, 100 * ms);
@@ -390,7 +406,11 @@ static void test_gpu_join(void) {
     CHECK(got.unmatched == 1);
     /* bounded: a fourth waiting launch retires the oldest at once */
     for (uint32_t t = 0; t < 4; t++)
-        CHECK(np_gpu_join_launch(j, 8, t, 50 + t, "{", "k", true, 0, NULL, 200 * ms) == 0);
+        CHECK(np_gpu_join_launch(
+                  j, 8, t,
+                  &(struct np_gpu_held){
+                      .stack_id = 50 + t, .json = "{", .cpu_kernel = "k", .tag = 0, .owner = NULL},
+                  true, 200 * ms) == 0);
     CHECK(got.n == 5 && got.stack[4] == 50 && np_gpu_join_waiting(j) == 3);
     CHECK(np_gpu_join_counters(j)->launches_evicted == 1);
     /* the process's library left: its launches retire now */
