@@ -206,8 +206,12 @@ test-unit: $(BUILD)/unit_tests $(BUILD)/merge_unit $(BUILD)/config_unit $(BUILD)
 E2E_DEPS := $(BUILD)/ncclprobe $(CUPTI_LIB) $(BUILD)/progs/.built $(BUILD)/demo/.built \
 	$(BUILD)/pyline_check $(BUILD)/inject_check
 
+# The runtime matrix tests (tests/test_runtimes_*.py) write what each library
+# version does into $(BUILD)/runtimes/; docs/compatibility.md is made from that.
 test-e2e: $(E2E_DEPS)
+	rm -f $(BUILD)/runtimes/*.json
 	NCCLPROBE_BUILD=$(abspath $(BUILD)) $(PYTHON) -m pytest -q -rs tests/
+	$(PYTHON) tools/compat-doc.py $(BUILD)/runtimes docs/compatibility.md
 
 # make check TEST=NAME [SAN=1]: one test. NAME is a C unit group (tests/unit/NAME.c:
 # unit_tests, merge_unit, ...), a pytest file or node id (tests/test_pprof.py,

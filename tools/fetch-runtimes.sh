@@ -106,8 +106,11 @@ if ((LIST)); then
     exit 0
 fi
 
-command -v python3 >/dev/null || die "python3 is needed"
-python3 -m pip --version >/dev/null 2>&1 || die "pip is needed (python3 -m pip)"
+# Debian's python3 (with python3-pip) first: a pyenv shim may lack pip.
+PY=${PYTHON:-}
+[[ -n $PY ]] || PY=$(command -v /usr/bin/python3 || command -v python3 || true)
+[[ -n $PY ]] || die "python3 is needed"
+"$PY" -m pip --version >/dev/null 2>&1 || die "pip is needed ($PY -m pip: apt-get install python3-pip)"
 mkdir -p "$CACHE"
 CACHE=$(cd "$CACHE" && pwd)
 exec 9>"$CACHE/.lock"
@@ -218,7 +221,7 @@ PY
 
 # verify_stamp DIR: every file of the stamp still has its sha256.
 verify_stamp() {
-    python3 - "$1" <<'PY'
+    "$PY" - "$1" <<'PY'
 import hashlib, os, sys
 d = sys.argv[1]
 bad = 0
@@ -256,7 +259,7 @@ fetch_one() { # name pkg ver sha members
     printf '%s==%s --hash=sha256:%s\n' "$pkg" "$ver" "$sha" >"$tmp/req.txt"
     local plat=()
     for p in "${PLATFORMS[@]}"; do plat+=(--platform "$p"); done
-    python3 -m pip download --quiet --no-cache-dir --no-deps --only-binary=:all: \
+    "$PY" -m pip download --quiet --no-cache-dir --no-deps --only-binary=:all: \
         "${plat[@]}" --python-version 3.11 --implementation py --abi none \
         --require-hashes -r "$tmp/req.txt" -d "$tmp/wheel" >&2 ||
         die "$name: pip download of $pkg==$ver failed"
@@ -266,7 +269,7 @@ fetch_one() { # name pkg ver sha members
     local got
     got=$(sha256sum "$whl" | cut -d' ' -f1)
     [[ $got == "$sha" ]] || die "$name: $(basename "$whl") has sha256 $got, pinned $sha"
-    python3 -c "$HELPER" "$whl" "$stage" "$name" "$pkg" "$ver" "$sha" "$mode" "$members" ||
+    "$PY" -c "$HELPER" "$whl" "$stage" "$name" "$pkg" "$ver" "$sha" "$mode" "$members" ||
         die "$name: unpacking failed"
     rm -rf "$dest"
     mv "$stage" "$dest"

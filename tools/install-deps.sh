@@ -9,7 +9,7 @@ packages=(
     libbpf-dev bpftool                           # BPF loading, skeletons
     libelf-dev libdw-dev elfutils zlib1g-dev     # ELF symbols, libdw symbolization
     libcjson-dev                                 # summary.json
-    python3 python3-pytest                       # tests
+    python3 python3-pytest python3-pip           # tests; pip fetches the runtime matrix
     gdb                                          # the independent stack oracle in tests
     strace musl-tools                            # injector tests: a tracer, a musl program
     bpftrace linux-perf                          # benchmark peers

@@ -375,6 +375,7 @@ static int attach_scan(struct np_attacher *a, struct np_process *p, const char *
     lib->seen_ns = seen_ns ? seen_ns : np_monotonic_ns();
     lib->late = p->attached;
     lib->nccl = nccl;
+    lib->cudart_major = np_cudart_major_of(target_path);
 
     /* the new sites' ids: contiguous, unless released ids are reused */
     uint32_t *ids = calloc(scan->count, sizeof(*ids));

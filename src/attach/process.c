@@ -76,6 +76,19 @@ void np_process_detect_python(struct np_process *p) {
     np_maps_free(&maps);
 }
 
+int np_cudart_major_of(const char *path) {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    static const char prefix[] = "libcudart.so.";
+    if (strncmp(base, prefix, sizeof(prefix) - 1) != 0)
+        return 0;
+    const char *digits = base + sizeof(prefix) - 1;
+    int major = 0;
+    for (; *digits >= '0' && *digits <= '9' && major < 1000; digits++)
+        major = major * 10 + (*digits - '0');
+    return *digits == '\0' || *digits == '.' ? major : 0;
+}
+
 struct np_library *np_process_add_library(struct np_process *p, const char *path) {
     struct np_library *libs = np_grow_array(p->libs, &p->libs_cap, p->nlibs + 1, sizeof(*libs));
     if (!libs)

@@ -26,7 +26,15 @@ struct np_library {
     int probes_ok, probes_failed;
     int first_error;
     const struct np_nccl_layout *nccl; /* a libnccl: what its DWARF says (NULL: not NCCL) */
+    int cudart_major; /* a libcudart.so.N: N (0: not one, or linked in statically) */
 };
+
+/* CUDA runtime majors the probes were checked against (docs/compatibility.md). */
+#define NP_CUDART_TESTED_MIN 12
+#define NP_CUDART_TESTED_MAX 13
+
+/* N of a path whose file name is libcudart.so.N[.minor...]; 0 otherwise. */
+int np_cudart_major_of(const char *path);
 
 struct np_process {
     pid_t pid;

@@ -69,7 +69,8 @@ struct np_session {
     struct np_gpu_join *gpu_join;
     pid_t *gpu_closed; /* processes whose library disconnected, not yet finished */
     size_t ngpu_closed;
-    struct np_agents *agents; /* the injector's worker (agent.c); NULL until asked for */
+    struct np_agents *agents;    /* the injector's worker (agent.c); NULL until asked for */
+    uint64_t cudart_majors_said; /* bit N: an untested libcudart.so.N was warned about */
 };
 
 /* epoll tags of the session's fds; a target's pidfd is NP_TAG_TARGET + pid. */
@@ -98,7 +99,9 @@ void np_session_target_exited(struct np_session *s, struct np_target *t);
 void np_session_remove_target(struct np_session *s, struct np_target *t);
 bool np_session_all_targets_gone(const struct np_session *s);
 int np_session_ensure_symbolizer(struct np_target *t);
-void np_session_detect_python(struct np_session *s, struct np_target *t);
+/* After probes were placed: finds the CPython runtime, and says (once per
+ * session and version) a CUDA runtime newer or older than the tested ones. */
+void np_session_examine_libraries(struct np_session *s, struct np_target *t);
 /* A target mapped new code: probe it, refresh its symbols. */
 void np_session_on_new_mapping(struct np_session *s, struct np_target *t, uint64_t ts_ns);
 

@@ -96,9 +96,30 @@ static void enable_python(struct np_session *s, struct np_target *t) {
             l->from_debug_offsets ? "its _Py_DebugOffsets" : "the built-in table");
 }
 
-void np_session_detect_python(struct np_session *s, struct np_target *t) {
+/* A libcudart of a major the probes were not checked against: the probes
+ * attach by name and the launch arguments are read as CUDA 13's, which may
+ * be wrong - said once per session and major, and in summary.json. */
+static void say_untested_runtimes(struct np_session *s, const struct np_target *t) {
+    for (size_t i = 0; i < t->proc.nlibs; i++) {
+        int major = t->proc.libs[i].cudart_major;
+        if (!major || (major >= NP_CUDART_TESTED_MIN && major <= NP_CUDART_TESTED_MAX))
+            continue;
+        uint64_t bit = 1ull << (major & 63);
+        if (s->cudart_majors_said & bit)
+            continue;
+        s->cudart_majors_said |= bit;
+        np_warn("pid %d (%s): %s is CUDA %d's runtime; ncclprobe was tested with CUDA %d-%d "
+                "(docs/compatibility.md): its launches are probed by name and their arguments "
+                "read as CUDA %d's",
+                t->proc.pid, t->comm, t->proc.libs[i].path, major, NP_CUDART_TESTED_MIN,
+                NP_CUDART_TESTED_MAX, NP_CUDART_TESTED_MAX);
+    }
+}
+
+void np_session_examine_libraries(struct np_session *s, struct np_target *t) {
     np_process_detect_python(&t->proc);
     enable_python(s, t);
+    say_untested_runtimes(s, t);
 }
 
 /* A target mapped new code: refresh its symbols and probe what is new. */
@@ -112,7 +133,7 @@ void np_session_on_new_mapping(struct np_session *s, struct np_target *t, uint64
     int n = np_attach_from_maps(&s->attacher, &t->proc, ts_ns);
     if (!t->in.sym) /* the first load of a -- CMD child: it has exec'd since we forked it */
         np_target_refresh_identity(t);
-    np_session_detect_python(s, t);
+    np_session_examine_libraries(s, t);
     np_session_ensure_symbolizer(t);
     np_ingest_proc_forget_stacks(&t->in); /* addresses may name other functions now */
     if (t->proc.hold_loads)
@@ -228,6 +249,13 @@ cJSON *np_target_json(const struct np_target *t) {
             np_json_add_text(lj, "error", strerror(-l->first_error));
         cJSON_AddBoolToObject(lj, "loaded_after_attach", l->late);
         cJSON_AddBoolToObject(lj, "cuda", l->cuda);
+        if (l->cudart_major) {
+            cJSON *rt = cJSON_AddObjectToObject(lj, "cuda_runtime");
+            np_json_add_u64(rt, "major", (uint64_t)l->cudart_major);
+            cJSON_AddBoolToObject(rt, "tested",
+                                  l->cudart_major >= NP_CUDART_TESTED_MIN &&
+                                      l->cudart_major <= NP_CUDART_TESTED_MAX);
+        }
         if (l->late && l->attached_ns >= l->seen_ns)
             cJSON_AddNumberToObject(lj, "attach_latency_ms",
                                     (double)(l->attached_ns - l->seen_ns) / 1e6);
