@@ -29,10 +29,15 @@
  * sends nothing more. A connection the library makes itself (its socket
  * path) needs no START.
  *
- * Version 1 grew NAMES and the HELLO's origin (formerly padding, so an
- * older library says 0, "loaded at start") without changing the version:
- * the library and ncclprobe ship together, and an older ncclprobe would
- * refuse a NAMES frame as a bad type.
+ * A CUPTI frame (struct np_wire_cupti) follows every HELLO once the
+ * library tried to turn CUPTI on: which libcupti it loaded and why that
+ * one, its version, whose record layouts it reads (CUPTI's activity
+ * records change with every CUDA release) and what it cannot do with it.
+ *
+ * Version 1 grew NAMES, CUPTI and the HELLO's origin (formerly padding, so
+ * an older library says 0, "loaded at start") without changing the
+ * version: the library and ncclprobe ship together, and an older ncclprobe
+ * would refuse a NAMES or CUPTI frame as a bad type.
  */
 #ifndef NCCLPROBE_GPU_WIRE_H
 #define NCCLPROBE_GPU_WIRE_H
@@ -53,6 +58,7 @@ enum np_wire_type {
     NP_WIRE_ACTIVITY = 2, /* struct np_wire_activity + records */
     NP_WIRE_STATS = 3,    /* struct np_wire_stats: totals so far */
     NP_WIRE_NAMES = 4,    /* struct np_wire_names + entries */
+    NP_WIRE_CUPTI = 5,    /* struct np_wire_cupti: the CUPTI in use */
 };
 
 struct np_wire_header {
@@ -67,6 +73,8 @@ enum np_hello_status {
     NP_HELLO_ACTIVE = 0,       /* CUPTI subscribed, activity enabled */
     NP_HELLO_CUPTI_BUSY = 1,   /* another CUPTI subscriber (profiler) holds CUPTI */
     NP_HELLO_CUPTI_FAILED = 2, /* libcupti missing or a CUPTI call failed */
+    NP_HELLO_NO_DRIVER = 3,    /* no usable CUDA driver: CUPTI was not called at all */
+    NP_HELLO_UNSUPPORTED = 4,  /* a CUPTI whose record layouts the library does not know */
 };
 
 /* How the library came into the process. Other values: unknown. */
@@ -90,7 +98,46 @@ struct np_wire_stats {
     uint64_t dropped_queue_full; /* records dropped: the daemon did not keep up */
     uint64_t dropped_no_daemon;  /* records dropped while no daemon was connected */
     uint64_t dropped_no_buffer;  /* buffer requests refused (memory cap) */
-    uint64_t records_unknown;    /* CUPTI records of kinds we do not forward */
+    uint64_t records_unknown;    /* CUPTI records not forwarded: kinds not read, API records
+                                  * of a callback id that is no launch API of this CUPTI */
+};
+
+/* Whose record layouts the library reads (struct np_wire_cupti.support). */
+enum np_cupti_support {
+    NP_CUPTI_KNOWN = 0,       /* that CUPTI version's own, from its headers */
+    NP_CUPTI_ASSUMED = 1,     /* an unknown version: an older one's, its record sizes checked */
+    NP_CUPTI_UNSUPPORTED = 2, /* none: the version is not known and cannot be assumed */
+    NP_CUPTI_NOT_ASKED = 3,   /* CUPTI loaded but not called: no CUDA driver */
+    NP_CUPTI_NOT_LOADED = 4,  /* no libcupti could be loaded */
+};
+
+/* The records whose layouts the library reads, in np_wire_cupti's arrays. */
+enum np_cupti_record {
+    NP_CUPTI_REC_KERNEL, /* KERNEL and CONCURRENT_KERNEL */
+    NP_CUPTI_REC_MEMCPY,
+    NP_CUPTI_REC_MEMSET,
+    NP_CUPTI_REC_API, /* RUNTIME and DRIVER */
+    NP_CUPTI_RECORDS
+};
+
+#define NP_WIRE_CUPTI_TEXT 64
+
+/* The CUPTI the library uses (after every HELLO, once it tried CUPTI). The
+ * strings are NUL-terminated. */
+struct np_wire_cupti {
+    struct np_wire_header hdr;
+    uint32_t support;                       /* enum np_cupti_support */
+    uint32_t api_version;                   /* cuptiGetVersion (0: not asked, or it failed) */
+    uint32_t layouts_version;               /* the API version whose layouts are read (0: none) */
+    int32_t driver_version;                 /* cuDriverGetVersion (0: no usable driver) */
+    uint32_t record_size[NP_CUPTI_RECORDS]; /* bytes of each record: fields beyond are absent */
+    uint32_t size_confirmed; /* bit per record: cuptiActivityGetStructSize said its size */
+    uint32_t pad;
+    char cuda[16];                          /* "12.4": the CUDA release of layouts_version */
+    char path[256];                         /* the libcupti loaded (or the last one tried) */
+    char chosen_by[NP_WIRE_CUPTI_TEXT];     /* why that one ("already loaded", ...) */
+    char record_type[NP_CUPTI_RECORDS][32]; /* "CUpti_ActivityKernel9", ... */
+    char degraded[768];                     /* what is lost and why, one item a line; "" nothing */
 };
 
 enum np_gpu_kind {

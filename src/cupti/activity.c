@@ -1,7 +1,8 @@
 /* activity.c - CUPTI activity buffers of libncclprobe_cupti.so: hands CUPTI
  * host buffers (bounded in number), and turns each completed buffer into
  * wire frames of struct np_gpu_record (gpu_wire.h) for the sink. Only the
- * fields ncclprobe uses are copied, so CUPTI's struct versions stay here.
+ * fields ncclprobe uses are copied, read by the record layouts of the
+ * CUPTI version in use (records.c), so CUPTI's struct versions stay here.
  * While no daemon listens (sink.h) a completed buffer's records are only
  * counted (dropped_no_daemon) and the buffer freed: nothing is converted. */
 #define _GNU_SOURCE
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cupti/records.h"
 #include "cupti/sink.h"
 #include "ncclprobe/gpu_wire.h"
 
@@ -19,10 +21,12 @@
 #define FRAME_SIZE (256u << 10)
 
 static const struct np_cupti_api *cupti;
+static const struct np_cupti_layouts *layouts;
 static int buffers_out;
 
-void np_activity_init(const struct np_cupti_api *api) {
+void np_activity_init(const struct np_cupti_api *api, const struct np_cupti_layouts *l) {
     cupti = api;
+    layouts = l;
 }
 
 void CUPTIAPI np_activity_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
@@ -70,98 +74,33 @@ static uint32_t name_length(const char *name) {
     return n > NP_WIRE_MAX_NAME ? NP_WIRE_MAX_NAME : (uint32_t)n;
 }
 
-static void add_kernel(struct np_frame **frame, const CUpti_ActivityKernel10 *k) {
-    uint32_t n = name_length(k->name);
-    struct np_gpu_record *r = next_record(frame, n);
-    if (!r)
+/* One CUPTI record into the frame, read by the layouts in use (records.c).
+ * A kind we do not read, or an API record whose callback id is not one of
+ * the launch APIs of this CUPTI, is counted (records_unknown), never
+ * converted under another name. */
+static void add_record(struct np_frame **frame, const CUpti_Activity *rec) {
+    struct np_gpu_record fixed;
+    const char *name = NULL;
+    memset(&fixed, 0, sizeof(fixed));
+    if (!layouts || !np_cupti_decode(layouts, rec, &fixed, &name)) {
+        np_sink_count(&np_sink_counters()->records_unknown, 1);
         return;
-    r->kind = NP_GPU_KERNEL;
-    r->correlation_id = k->correlationId;
-    r->start_ns = k->start;
-    r->end_ns = k->end;
-    r->device = k->deviceId;
-    r->context = k->contextId;
-    r->stream = k->streamId;
-    r->graph_id = k->graphId;
-    r->graph_node_id = k->graphNodeId;
-    r->grid[0] = (uint32_t)k->gridX, r->grid[1] = (uint32_t)k->gridY;
-    r->grid[2] = (uint32_t)k->gridZ;
-    r->block[0] = (uint32_t)k->blockX, r->block[1] = (uint32_t)k->blockY;
-    r->block[2] = (uint32_t)k->blockZ;
-    memcpy(r->name, k->name, n);
-}
-
-static void add_memcpy(struct np_frame **frame, const CUpti_ActivityMemcpy6 *m) {
-    struct np_gpu_record *r = next_record(frame, 0);
-    if (!r)
+    }
+    bool api = fixed.kind == NP_GPU_API_RUNTIME || fixed.kind == NP_GPU_API_DRIVER;
+    if (api && !(name = np_launch_api_name(fixed.kind == NP_GPU_API_RUNTIME, fixed.cbid))) {
+        np_sink_count(&np_sink_counters()->records_unknown, 1);
         return;
-    r->kind = NP_GPU_MEMCPY;
-    r->copy_kind = m->copyKind;
-    /* the driver API's id; a runtime call's own id when only that is set */
-    r->correlation_id = m->correlationId ? m->correlationId : m->runtimeCorrelationId;
-    r->start_ns = m->start;
-    r->end_ns = m->end;
-    r->device = m->deviceId;
-    r->context = m->contextId;
-    r->stream = m->streamId;
-    r->graph_id = m->graphId;
-    r->graph_node_id = m->graphNodeId;
-    r->bytes = m->bytes;
-}
-
-static void add_memset(struct np_frame **frame, const CUpti_ActivityMemset4 *m) {
-    struct np_gpu_record *r = next_record(frame, 0);
-    if (!r)
-        return;
-    r->kind = NP_GPU_MEMSET;
-    r->correlation_id = m->correlationId;
-    r->start_ns = m->start;
-    r->end_ns = m->end;
-    r->device = m->deviceId;
-    r->context = m->contextId;
-    r->stream = m->streamId;
-    r->graph_id = m->graphId;
-    r->graph_node_id = m->graphNodeId;
-    r->bytes = m->bytes;
-}
-
-static void add_api(struct np_frame **frame, const CUpti_ActivityAPI *a, bool runtime) {
-    const char *name = np_launch_api_name(runtime, a->cbid);
+    }
     uint32_t n = name_length(name);
     struct np_gpu_record *r = next_record(frame, n);
     if (!r)
         return;
-    r->kind = runtime ? NP_GPU_API_RUNTIME : NP_GPU_API_DRIVER;
-    r->correlation_id = a->correlationId;
-    r->start_ns = a->start;
-    r->end_ns = a->end;
-    r->cbid = a->cbid;
-    r->thread_id = a->threadId;
-    memcpy(r->name, name, n);
-}
-
-static void add_record(struct np_frame **frame, const CUpti_Activity *rec) {
-    switch (rec->kind) {
-    case CUPTI_ACTIVITY_KIND_KERNEL:
-    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
-        add_kernel(frame, (const CUpti_ActivityKernel10 *)rec);
-        break;
-    case CUPTI_ACTIVITY_KIND_MEMCPY:
-        add_memcpy(frame, (const CUpti_ActivityMemcpy6 *)rec);
-        break;
-    case CUPTI_ACTIVITY_KIND_MEMSET:
-        add_memset(frame, (const CUpti_ActivityMemset4 *)rec);
-        break;
-    case CUPTI_ACTIVITY_KIND_RUNTIME:
-        add_api(frame, (const CUpti_ActivityAPI *)rec, true);
-        break;
-    case CUPTI_ACTIVITY_KIND_DRIVER:
-        add_api(frame, (const CUpti_ActivityAPI *)rec, false);
-        break;
-    default:
-        np_sink_count(&np_sink_counters()->records_unknown, 1);
-        break;
-    }
+    uint16_t size = r->size;
+    memcpy(r, &fixed, sizeof(fixed));
+    r->size = size;
+    r->name_len = (uint16_t)n;
+    if (n) /* name is NULL for copies */
+        memcpy(r->name, name, n);
 }
 
 void CUPTIAPI np_activity_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,

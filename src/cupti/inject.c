@@ -23,6 +23,11 @@
  *     with that thread's launch event exactly (never through CUPTI's
  *     threadId). The first launch of each function handle on a connection
  *     also sends that handle's name (names.c).
+ *   - It loads the process's CUPTI, 12.4 to 13.5 (cupti_api.c), calls
+ *     nothing of it unless a CUDA driver answers (driver.c: CUPTI 13.2
+ *     crashes without one), and reads its records by the layouts of its
+ *     version (layouts.c); which CUPTI, and what it lacks, goes to
+ *     ncclprobe after the HELLO (NP_WIRE_CUPTI).
  *   - It turns CUPTI activity on (kernels, memcpys, memsets) with a
  *     CLOCK_MONOTONIC timestamp callback, registered once before anything
  *     is enabled, so GPU times are on the clock BPF uses.
@@ -50,6 +55,7 @@
 
 #include "cupti/activity.h"
 #include "cupti/cupti_api.h"
+#include "cupti/driver.h"
 #include "cupti/launch_api.h"
 #include "cupti/names.h"
 #include "cupti/sink.h"
@@ -66,6 +72,7 @@ static struct {
     bool active;
     bool file_mode;
     struct np_cupti_api api;
+    struct np_cupti_layouts layouts; /* the record layouts read (layouts.h) */
     CUpti_SubscriberHandle subscriber;
 } inj = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -152,15 +159,18 @@ static int enable_launch_callbacks(char *message, size_t size) {
     for (int runtime = 0; runtime <= 1; runtime++) {
         CUpti_CallbackDomain domain =
             runtime ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API;
+        CUptiResult (*api_records)(CUpti_CallbackId, uint8_t) =
+            runtime ? api->ActivityEnableRuntimeApi : api->ActivityEnableDriverApi;
         for (size_t i = 0; i < np_launch_api_count(runtime); i++) {
             CUpti_CallbackId id = np_launch_api_cbid(runtime, i);
+            if (!id) /* not in this CUPTI (np_launch_api_use said so) */
+                continue;
             if (check(api->EnableCallback(1, inj.subscriber, domain, id), "cuptiEnableCallback",
                       message, size))
                 return -1;
             /* API records only for the trace file: the daemon pairs by marker */
-            if (inj.file_mode && check(runtime ? api->ActivityEnableRuntimeApi(id, 1)
-                                               : api->ActivityEnableDriverApi(id, 1),
-                                       "cuptiActivityEnable(Runtime|Driver)Api", message, size))
+            if (inj.file_mode && api_records &&
+                check(api_records(id, 1), "cuptiActivityEnable(Runtime|Driver)Api", message, size))
                 return -1;
         }
     }
@@ -170,20 +180,93 @@ static int enable_launch_callbacks(char *message, size_t size) {
     return 0;
 }
 
-/* Turns CUPTI on, once. The order matters: the timestamp callback before
- * any activity kind is enabled (CUPTI's rule). */
-static uint32_t activate(char *message, size_t size) {
-    pthread_mutex_lock(&inj.lock);
-    uint32_t status = NP_HELLO_CUPTI_FAILED;
+/* cuptiActivityGetStructSize for layouts.c: a record's size as this CUPTI
+ * writes it, 0 when it cannot say (before 13.2). */
+static uint32_t struct_size(void *ctx, uint32_t kind) {
+    const struct np_cupti_api *api = ctx;
+    size_t size = 0;
+    if (!api->ActivityGetStructSize ||
+        api->ActivityGetStructSize((CUpti_ActivityKind)kind, 0, &size) != CUPTI_SUCCESS ||
+        size > UINT32_MAX)
+        return 0;
+    return (uint32_t)size;
+}
+
+/* One more line of what is lost in info->degraded. */
+static void degrade(struct np_wire_cupti *info, const char *what) {
+    size_t used = strnlen(info->degraded, sizeof(info->degraded));
+    snprintf(info->degraded + used, sizeof(info->degraded) - used, "%s%s", used ? "\n" : "", what);
+}
+
+/* What the library reads in this CUPTI, into info. */
+static void describe_layouts(struct np_wire_cupti *info) {
+    const struct np_cupti_layouts *l = &inj.layouts;
+    info->layouts_version = l->v->api_version;
+    snprintf(info->cuda, sizeof(info->cuda), "%s", l->v->cuda);
+    for (int r = 0; r < NP_CUPTI_RECORDS; r++) {
+        info->record_size[r] = l->record_size[r];
+        snprintf(info->record_type[r], sizeof(info->record_type[r]), "%s", l->v->record[r].type);
+    }
+    info->size_confirmed = l->size_confirmed;
+}
+
+/* The CUPTI's version and the record layouts and launch callback ids read
+ * for it: NP_HELLO_ACTIVE, or why not (message). */
+static uint32_t pick_layouts(struct np_wire_cupti *info, char *message, size_t size) {
     struct np_cupti_api *api = &inj.api;
-    if (np_cupti_api_load(api, message, size) < 0)
-        goto out;
-    np_names_init(); /* before the first launch callback can come */
-    status = subscribe(message, size);
-    if (status != NP_HELLO_ACTIVE)
-        goto out;
-    status = NP_HELLO_CUPTI_FAILED;
-    np_activity_init(api);
+    uint32_t version = 0;
+    if (check(api->GetVersion(&version), "cuptiGetVersion", message, size))
+        return NP_HELLO_CUPTI_FAILED;
+    info->api_version = version;
+    np_cupti_layouts_pick(version, struct_size, api, &inj.layouts);
+    info->support = inj.layouts.support;
+    if (!inj.layouts.v) {
+        snprintf(message, size, "CUPTI %s not supported: %s", api->path, inj.layouts.note);
+        return NP_HELLO_UNSUPPORTED;
+    }
+    describe_layouts(info);
+    if (inj.layouts.support == NP_CUPTI_ASSUMED)
+        degrade(info, inj.layouts.note);
+    char missing[256], line[384];
+    if (np_launch_api_use(inj.layouts.v, missing, sizeof(missing))) {
+        snprintf(line, sizeof(line),
+                 "no callback ids for %s in CUDA %s's CUPTI: not followed themselves (a launch "
+                 "they pass on to another launch API still is)",
+                 missing, inj.layouts.v->cuda);
+        degrade(info, line);
+    }
+    return NP_HELLO_ACTIVE;
+}
+
+/* CUPTI loaded, a driver there, its layouts known: NP_HELLO_ACTIVE, or why
+ * not. Nothing of CUPTI is called without a driver. */
+static uint32_t load_cupti(struct np_wire_cupti *info, char *message, size_t size) {
+    struct np_cupti_api *api = &inj.api;
+    int err = np_cupti_api_load(api, message, size);
+    snprintf(info->path, sizeof(info->path), "%s", api->path);
+    snprintf(info->chosen_by, sizeof(info->chosen_by), "%s", api->chosen_by);
+    info->support = err == -ENOENT ? NP_CUPTI_NOT_LOADED : NP_CUPTI_NOT_ASKED;
+    if (err < 0)
+        return NP_HELLO_CUPTI_FAILED;
+    char missing[384];
+    np_cupti_api_missing(api, missing, sizeof(missing));
+    if (missing[0])
+        degrade(info, missing);
+    char why[200];
+    info->driver_version = np_cuda_driver_version(why, sizeof(why));
+    if (!info->driver_version) {
+        snprintf(message, size, "no CUDA driver (%s): CUPTI %s not used", why, api->path);
+        return NP_HELLO_NO_DRIVER;
+    }
+    return pick_layouts(info, message, size);
+}
+
+/* Subscribed: the clock, the buffers, the callbacks and the kinds, in
+ * CUPTI's order (the timestamp callback before any kind is enabled). */
+static uint32_t turn_on(char *message, size_t size) {
+    struct np_cupti_api *api = &inj.api;
+    const struct np_cupti_kinds *kind = &inj.layouts.v->kind;
+    np_activity_init(api, &inj.layouts);
     if (check(api->ActivityRegisterTimestampCallback(np_clock_ns),
               "cuptiActivityRegisterTimestampCallback", message, size) ||
         check(api->SetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM), "cuptiSetThreadIdType",
@@ -192,24 +275,39 @@ static uint32_t activate(char *message, size_t size) {
                                              np_activity_buffer_completed),
               "cuptiActivityRegisterCallbacks", message, size) ||
         enable_launch_callbacks(message, size) ||
-        check(api->ActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL),
+        check(api->ActivityEnable((CUpti_ActivityKind)kind->concurrent_kernel),
               "cuptiActivityEnable(CONCURRENT_KERNEL)", message, size) ||
-        check(api->ActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY), "cuptiActivityEnable(MEMCPY)",
+        check(api->ActivityEnable((CUpti_ActivityKind)kind->memcpy), "cuptiActivityEnable(MEMCPY)",
               message, size) ||
-        check(api->ActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET), "cuptiActivityEnable(MEMSET)",
+        check(api->ActivityEnable((CUpti_ActivityKind)kind->memset), "cuptiActivityEnable(MEMSET)",
               message, size))
-        goto out;
-    status = NP_HELLO_ACTIVE;
-    inj.active = true;
-    uint32_t version = 0;
-    if (api->GetVersion && api->GetVersion(&version) == CUPTI_SUCCESS && version)
-        snprintf(message, size, "CUPTI %s (API version %u)", api->path, version);
-    else
-        snprintf(message, size, "CUPTI %s", api->path);
-out:
+        return NP_HELLO_CUPTI_FAILED;
+    return NP_HELLO_ACTIVE;
+}
+
+/* Turns CUPTI on, once; what it is and why not goes to the sink either way. */
+static uint32_t activate(char *message, size_t size) {
+    pthread_mutex_lock(&inj.lock);
+    struct np_wire_cupti info;
+    memset(&info, 0, sizeof(info));
+    uint32_t status = load_cupti(&info, message, size);
+    if (status == NP_HELLO_ACTIVE) {
+        np_names_init(); /* before the first launch callback can come */
+        status = subscribe(message, size);
+    }
+    if (status == NP_HELLO_ACTIVE)
+        status = turn_on(message, size);
+    if (status == NP_HELLO_ACTIVE) {
+        inj.active = true;
+        snprintf(message, size, "CUPTI %s (API version %u, CUDA %s record layouts%s)", inj.api.path,
+                 info.api_version, info.cuda, info.support == NP_CUPTI_ASSUMED ? ", assumed" : "");
+    }
+    np_sink_set_cupti(&info);
     pthread_mutex_unlock(&inj.lock);
     if (status != NP_HELLO_ACTIVE)
         fprintf(stderr, "ncclprobe-cupti: %s\n", message);
+    else if (info.support == NP_CUPTI_ASSUMED)
+        fprintf(stderr, "ncclprobe-cupti: %s\n", inj.layouts.note);
     return status;
 }
 

@@ -54,6 +54,8 @@ static struct {
     bool activated;        /* hooks.activate ran (CUPTI stays on once on) */
     uint32_t status;
     char message[256];
+    struct np_wire_cupti cupti; /* the CUPTI in use, said after the HELLO */
+    bool have_cupti;
     /* file mode */
     bool file_mode;
     FILE *file;
@@ -181,6 +183,10 @@ static void send_hello(void) {
     h.clock_mono_ns = np_clock_ns();
     snprintf(h.message, sizeof(h.message), "%s", sink.message);
     send_all(&h, sizeof(h));
+    if (!sink.have_cupti)
+        return;
+    fill_header(&sink.cupti.hdr, NP_WIRE_CUPTI, sizeof(sink.cupti));
+    send_all(&sink.cupti, sizeof(sink.cupti));
 }
 
 static void send_stats(void) {
@@ -370,6 +376,19 @@ static void write_frame_events(const struct np_frame *fr) {
     fflush(sink.file);
 }
 
+/* otherData's "cupti": the library in use, its version and what is lost. */
+static void write_cupti(void) {
+    const struct np_wire_cupti *c = &sink.cupti;
+    fputs(",\"cupti\":{\"library\":", sink.file);
+    json_string(sink.file, c->path, strnlen(c->path, sizeof(c->path)));
+    fprintf(sink.file, ",\"api_version\":%u,\"support\":%u,\"layouts_from\":", c->api_version,
+            c->support);
+    json_string(sink.file, c->cuda, strnlen(c->cuda, sizeof(c->cuda)));
+    fputs(",\"degraded\":", sink.file);
+    json_string(sink.file, c->degraded, strnlen(c->degraded, sizeof(c->degraded)));
+    fputc('}', sink.file);
+}
+
 static void write_trailer(void) {
     struct np_sink_counters *c = &sink.counters;
     fprintf(sink.file,
@@ -377,6 +396,8 @@ static void write_trailer(void) {
             "\"clock\":\"CLOCK_MONOTONIC\",\"status\":%u,\"message\":",
             sink.status);
     json_string(sink.file, sink.message, strlen(sink.message));
+    if (sink.have_cupti)
+        write_cupti();
     fprintf(sink.file,
             ",\"records\":%" PRIu64 ",\"dropped_records\":%" PRIu64
             ",\"dropped_queue_full\":%" PRIu64 ",\"dropped_no_buffer\":%" PRIu64 "}}\n",
@@ -575,6 +596,11 @@ void np_sink_set_status(uint32_t status, const char *message) {
     sink.status = status;
     sink.activated = true;
     snprintf(sink.message, sizeof(sink.message), "%s", message);
+}
+
+void np_sink_set_cupti(const struct np_wire_cupti *info) {
+    sink.cupti = *info;
+    sink.have_cupti = true;
 }
 
 void np_sink_stop(int timeout_ms) {

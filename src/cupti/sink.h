@@ -23,6 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ncclprobe/gpu_wire.h"
+
 struct np_frame {
     struct np_frame *next;
     uint32_t len;   /* bytes used in data[] (the frame's header included) */
@@ -81,6 +83,10 @@ bool np_sink_running(void);
 int np_sink_adopt(int fd);
 /* Marks CUPTI active (file mode: activation done by the caller). */
 void np_sink_set_status(uint32_t status, const char *message);
+/* The CUPTI in use (all of it but the header), said after every HELLO from
+ * now on (NP_WIRE_CUPTI), and in the trace file's otherData. From the
+ * activate hook, or before anything is sent. */
+void np_sink_set_cupti(const struct np_wire_cupti *info);
 
 /* The current connection's number while a daemon listens; 0 while none
  * does, and always in file mode. Any thread. */

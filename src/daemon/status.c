@@ -49,6 +49,15 @@ static const char *gpu_state(const struct np_target *t) {
     return t->proc.gpu_marker ? "waiting for hello" : "no CUPTI library";
 }
 
+/* "13.2 (API 130202) /path/libcupti.so.13": the CUPTI its library uses. */
+static void cupti_library(const struct np_target *t, char *out, size_t size) {
+    const struct np_wire_cupti *c = &t->gpu_cupti;
+    out[0] = '\0';
+    if (t->gpu_cupti_known)
+        snprintf(out, size, "%s%s (API %u) %s", c->cuda[0] ? c->cuda : "?",
+                 c->support == NP_CUPTI_ASSUMED ? " assumed" : "", c->api_version, c->path);
+}
+
 static void target_json(const struct daemon *d, const struct np_target *t, const struct dproc *p,
                         cJSON *o) {
     uint64_t drops, limited;
@@ -68,6 +77,9 @@ static void target_json(const struct daemon *d, const struct np_target *t, const
     np_status_add_string(o, NP_ST_TARGET_GPU, gpu_state(t));
     np_status_add_string(o, NP_ST_TARGET_CUPTI_ORIGIN, np_agent_origin_name(t->agent.origin));
     np_status_add_string(o, NP_ST_TARGET_CUPTI_WHY, t->agent.err ? t->agent.why : "");
+    char library[400];
+    cupti_library(t, library, sizeof(library));
+    np_status_add_string(o, NP_ST_TARGET_CUPTI_LIBRARY, library);
     np_status_add_string(o, NP_ST_TARGET_OUTPUT, p->set ? p->set->dir : NULL);
     np_status_add_bool(o, NP_ST_TARGET_EXITED, p->exited);
 }

@@ -120,6 +120,10 @@ const struct np_status_field np_status_fields[NP_ST_COUNT] = {
         HIDDEN(NP_ST_TARGETS, "cupti_why", NP_STATUS_STRING,
                "why the daemon could not bring its CUPTI library in; empty when it did or "
                "did not try"),
+    [NP_ST_TARGET_CUPTI_LIBRARY] =
+        HIDDEN(NP_ST_TARGETS, "cupti_library", NP_STATUS_STRING,
+               "the libcupti its CUPTI library uses: CUDA release of the record layouts read "
+               "(\"assumed\" when not its own), API version and path; empty before it said"),
     [NP_ST_TARGET_OUTPUT] = {.parent = NP_ST_TARGETS, .key = "output", .type = NP_STATUS_STRING,
                              .flags = NP_SF_NULL, .column = "OUTPUT", .precision = 4096,
                              .help = "the output set its records go to; null: none now"},

@@ -324,6 +324,27 @@ static int handle_names(struct np_gpu_server *s, struct client *c, const uint8_t
     return -1;
 }
 
+/* The library's CUPTI: a whole frame, its strings cut to their fields. */
+static int handle_cupti(struct np_gpu_server *s, struct client *c, const uint8_t *frame,
+                        uint32_t size) {
+    if (size != sizeof(struct np_wire_cupti))
+        return NP_REJECT_BAD_RECORD;
+    struct np_wire_cupti info;
+    memcpy(&info, frame, sizeof(info));
+#define NP_TERMINATE(field) (field)[sizeof(field) - 1] = '\0'
+    NP_TERMINATE(info.cuda);
+    NP_TERMINATE(info.path);
+    NP_TERMINATE(info.chosen_by);
+    NP_TERMINATE(info.degraded);
+    for (int r = 0; r < NP_CUPTI_RECORDS; r++)
+        NP_TERMINATE(info.record_type[r]);
+#undef NP_TERMINATE
+    s->stats.frames++;
+    if (s->ops.on_cupti)
+        s->ops.on_cupti(s->ops.ctx, c->pid, &info);
+    return -1;
+}
+
 /* -1: frame used; else the reason to reject the client. */
 static int handle_frame(struct np_gpu_server *s, struct client *c, const uint8_t *frame) {
     const struct np_wire_header *h = (const void *)frame;
@@ -336,6 +357,8 @@ static int handle_frame(struct np_gpu_server *s, struct client *c, const uint8_t
         return handle_activity(s, c, frame, h->size);
     case NP_WIRE_NAMES:
         return handle_names(s, c, frame, h->size);
+    case NP_WIRE_CUPTI:
+        return handle_cupti(s, c, frame, h->size);
     case NP_WIRE_STATS:
         if (h->size != sizeof(struct np_wire_stats))
             return NP_REJECT_BAD_RECORD;

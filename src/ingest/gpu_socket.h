@@ -51,6 +51,9 @@ struct np_gpu_server_ops {
      * may come again (a later connection of the same process). */
     void (*on_names)(void *ctx, pid_t pid, uint64_t handle, const char *name, size_t len);
     void (*on_stats)(void *ctx, pid_t pid, const struct np_wire_stats *stats);
+    /* The CUPTI the library uses (may be NULL): after its HELLO, once it
+     * tried CUPTI; every string NUL-terminated. */
+    void (*on_cupti)(void *ctx, pid_t pid, const struct np_wire_cupti *cupti);
     /* The process's library closed its connection: nothing more will come. */
     void (*on_close)(void *ctx, pid_t pid);
 };

@@ -82,6 +82,9 @@ static void gpu_on_hello(void *ctx, pid_t pid, const struct np_wire_hello *h) {
     struct np_target *t = np_session_find_target(s, pid);
     if (!t)
         return;
+    /* a reconnect that says what the last HELLO said is not said again */
+    bool again =
+        t->gpu_hello && t->gpu_status == h->status && strcmp(t->gpu_message, h->message) == 0;
     t->gpu_hello = true;
     t->gpu_status = h->status;
     if (h->origin == NP_ORIGIN_START && t->agent.origin == NP_AGENT_NONE)
@@ -105,7 +108,10 @@ static void gpu_on_hello(void *ctx, pid_t pid, const struct np_wire_hello *h) {
         np_info("pid %d (%s): GPU records from %s", t->proc.pid, t->comm, h->message);
         return;
     }
-    np_warn("pid %d (%s): no GPU records: %s", t->proc.pid, t->comm, h->message);
+    if (again)
+        np_debug("pid %d (%s): no GPU records: %s", t->proc.pid, t->comm, h->message);
+    else
+        np_warn("pid %d (%s): no GPU records: %s", t->proc.pid, t->comm, h->message);
     t->gpu_off = true;
     np_gpu_join_finish_pid(s->gpu_join, (uint32_t)pid, NP_GPU_NONE);
 }
@@ -126,6 +132,27 @@ static void gpu_on_names(void *ctx, pid_t pid, uint64_t handle, const char *name
 static void gpu_on_record(void *ctx, pid_t pid, const struct np_gpu_record *r) {
     struct np_session *s = ctx;
     np_gpu_join_record(s->gpu_join, (uint32_t)pid, r, np_monotonic_ns());
+}
+
+/* The CUPTI the library uses: kept for summary.json; layouts it could only
+ * assume are warned about (once per process), what it cannot do said. */
+static void gpu_on_cupti(void *ctx, pid_t pid, const struct np_wire_cupti *c) {
+    struct np_target *t = np_session_find_target(ctx, pid);
+    if (!t)
+        return;
+    bool again = t->gpu_cupti_known && memcmp(&t->gpu_cupti, c, sizeof(*c)) == 0;
+    t->gpu_cupti = *c;
+    t->gpu_cupti_known = true;
+    char lines[sizeof(c->degraded)];
+    snprintf(lines, sizeof(lines), "%s", c->degraded);
+    bool first = true;
+    for (char *save = NULL, *line = strtok_r(lines, "\n", &save); line && !again;
+         line = strtok_r(NULL, "\n", &save), first = false) {
+        if (first && c->support == NP_CUPTI_ASSUMED) /* the assumption comes first */
+            np_warn("pid %d (%s): %s", t->proc.pid, t->comm, line);
+        else
+            np_info("pid %d (%s): %s", t->proc.pid, t->comm, line);
+    }
 }
 
 static void gpu_on_stats(void *ctx, pid_t pid, const struct np_wire_stats *st) {
@@ -191,6 +218,7 @@ int np_session_setup_gpu(struct np_session *s) {
                                      .on_record = gpu_on_record,
                                      .on_names = gpu_on_names,
                                      .on_stats = gpu_on_stats,
+                                     .on_cupti = gpu_on_cupti,
                                      .on_close = gpu_on_close};
     int err = np_gpu_server_open(s->opt.cupti_socket, &sops, &s->gpu_server);
     if (err == -EEXIST) /* something that is not a socket is there: said, and left alone */

@@ -41,6 +41,8 @@ struct np_target {
     uint32_t gpu_status;            /* enum np_hello_status */
     char gpu_message[256];          /* what the library said (why it stayed out) */
     struct np_wire_stats gpu_stats; /* the library's last counters */
+    bool gpu_cupti_known;           /* gpu_cupti came */
+    struct np_wire_cupti gpu_cupti; /* the CUPTI its library uses (NP_WIRE_CUPTI) */
     struct np_agent_state agent;    /* how the library came, or why it did not */
 };
 

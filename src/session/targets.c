@@ -176,12 +176,47 @@ void np_session_remove_target(struct np_session *s, struct np_target *t) {
     }
 }
 
+/* summary.json's targets[].cupti.library: the libcupti the process's CUPTI
+ * library loaded (and why that one), its version, whose record layouts it
+ * reads ("known": that version's, "assumed": an older one's, "unsupported",
+ * "not_asked": no CUDA driver, so CUPTI was not called, "not_loaded") and
+ * what it cannot do with it. */
+static void cupti_library_json(const struct np_target *t, cJSON *g) {
+    static const char *const support[] = {"known", "assumed", "unsupported", "not_asked",
+                                          "not_loaded"};
+    static const char *const records[NP_CUPTI_RECORDS] = {"kernel", "memcpy", "memset", "api"};
+    const struct np_wire_cupti *c = &t->gpu_cupti;
+    if (!t->gpu_cupti_known)
+        return;
+    cJSON *o = cJSON_AddObjectToObject(g, "library");
+    np_json_add_text(o, "path", c->path);
+    np_json_add_text(o, "chosen_by", c->chosen_by);
+    np_json_add_u64(o, "api_version", c->api_version);
+    np_json_add_u64(o, "driver_version", (uint64_t)(c->driver_version > 0 ? c->driver_version : 0));
+    np_json_add_text(o, "layouts", c->support < 5 ? support[c->support] : "unknown");
+    np_json_add_text(o, "layouts_from", c->cuda);
+    cJSON *recs = cJSON_AddObjectToObject(o, "records");
+    for (int r = 0; c->layouts_version && r < NP_CUPTI_RECORDS; r++) {
+        cJSON *rj = cJSON_AddObjectToObject(recs, records[r]);
+        np_json_add_text(rj, "type", c->record_type[r]);
+        np_json_add_u64(rj, "bytes", c->record_size[r]);
+        cJSON_AddBoolToObject(rj, "size_from_cupti", (c->size_confirmed >> r) & 1);
+    }
+    cJSON *lost = cJSON_AddArrayToObject(o, "degraded");
+    char lines[sizeof(c->degraded)];
+    snprintf(lines, sizeof(lines), "%s", c->degraded);
+    for (char *save = NULL, *line = strtok_r(lines, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save))
+        cJSON_AddItemToArray(lost, cJSON_CreateString(line));
+}
+
 /* summary.json's targets[].cupti: the process's CUPTI library - how it came
  * (start, injected, woken), what it said, and what it counted. */
 static void cupti_json(const struct np_target *t, cJSON *g) {
-    static const char *const states[] = {"active", "cupti_busy", "cupti_failed"};
+    static const char *const states[] = {"active", "cupti_busy", "cupti_failed", "no_cuda_driver",
+                                         "cupti_unsupported"};
     const struct np_agent_state *a = &t->agent;
-    const char *status = t->gpu_hello             ? states[t->gpu_status < 3 ? t->gpu_status : 2]
+    const char *status = t->gpu_hello             ? states[t->gpu_status < 5 ? t->gpu_status : 2]
                          : t->proc.gpu_marker     ? "no_connection"
                          : a->requested && a->err ? "not_loaded"
                                                   : "loading";
@@ -201,6 +236,7 @@ static void cupti_json(const struct np_target *t, cJSON *g) {
     np_json_add_u64(g, "dropped_no_daemon", st->dropped_no_daemon);
     np_json_add_u64(g, "dropped_no_buffer", st->dropped_no_buffer);
     np_json_add_u64(g, "records_unknown", st->records_unknown);
+    cupti_library_json(t, g);
 }
 
 /* summary.json's targets[] entry of a process: identity, counts, its

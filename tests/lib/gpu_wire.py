@@ -1,7 +1,7 @@
 """The CUPTI library's socket as ncclprobe sees it (include/ncclprobe/gpu_wire.h),
 for tests that stand where ncclprobe stands: the frames that come on one
-connection, decoded in order (HELLO, NAMES entries, ACTIVITY records, STATS),
-and the START byte ncclprobe sends on a connection it handed to the library."""
+connection, decoded in order (HELLO, NAMES entries, ACTIVITY records, STATS,
+CUPTI), and the START byte ncclprobe sends on a connection it handed to the library."""
 
 import select
 import struct
@@ -9,7 +9,7 @@ import time
 
 HDR = struct.Struct("<IHHII")  # magic, version, type, size, pid
 MAGIC, VERSION = 0x5543504E, 1
-HELLO, ACTIVITY, STATS, NAMES = 1, 2, 3, 4
+HELLO, ACTIVITY, STATS, NAMES, CUPTI = 1, 2, 3, 4, 5
 START = b"S"  # NP_WIRE_START
 HELLO_BODY = struct.Struct("<IIQ256s")  # status, origin, clock_mono_ns, message
 COUNTED = struct.Struct("<II")  # ACTIVITY and NAMES: count, pad
@@ -20,6 +20,10 @@ NAME = struct.Struct("<QH6x")  # handle, name_len, pad[3]
 STATS_BODY = struct.Struct("<6Q")
 STATS_KEYS = ("records_sent", "dropped_by_cupti", "dropped_queue_full", "dropped_no_daemon",
               "dropped_no_buffer", "records_unknown")
+# support, api_version, layouts_version, driver_version, record_size[4], size_confirmed, pad,
+# cuda[16], path[256], chosen_by[64], record_type[4][32], degraded[768]
+CUPTI_BODY = struct.Struct("<IIIi4III16s256s64s128s768s")
+CUPTI_SUPPORT = {0: "known", 1: "assumed", 2: "unsupported", 3: "not_asked", 4: "not_loaded"}
 ORIGIN_START, ORIGIN_INJECTED = 0, 1
 KINDS = {1: "kernel", 2: "memcpy", 3: "memset", 4: "api_runtime", 5: "api_driver"}
 
@@ -51,6 +55,20 @@ def _records(body):
     return out
 
 
+def _text(raw):
+    return raw.split(b"\0", 1)[0].decode()
+
+
+def _cupti(body):
+    f = CUPTI_BODY.unpack(body)
+    types = [_text(f[13][i * 32:(i + 1) * 32]) for i in range(4)]
+    return {"type": "cupti", "support": CUPTI_SUPPORT.get(f[0], f[0]), "api_version": f[1],
+            "layouts_version": f[2], "driver_version": f[3], "record_size": list(f[4:8]),
+            "size_confirmed": f[8], "cuda": _text(f[10]), "path": _text(f[11]),
+            "chosen_by": _text(f[12]), "record_type": types,
+            "degraded": [x for x in _text(f[14]).split("\n") if x]}
+
+
 def decode(ftype, body):
     """The events of one frame (its body: what follows the header)."""
     if ftype == HELLO:
@@ -63,6 +81,8 @@ def decode(ftype, body):
         return _names(body)
     if ftype == ACTIVITY:
         return _records(body)
+    if ftype == CUPTI:
+        return [_cupti(body)]
     raise AssertionError(f"a frame of unknown type {ftype}")
 
 

@@ -254,6 +254,8 @@ struct peer {
     int hellos;
     struct np_wire_stats stats; /* the last */
     int stats_frames;
+    struct np_wire_cupti cupti; /* the last */
+    int cupti_frames;
     int bad_frames;
     uint8_t *buf;
 };
@@ -335,6 +337,9 @@ static bool read_frame(struct peer *p, uint64_t deadline_us) {
         p->stats_frames++;
         ev.kind = EV_STATS;
         add_event(p, &ev);
+    } else if (h.type == NP_WIRE_CUPTI && h.size == sizeof(struct np_wire_cupti)) {
+        memcpy(&p->cupti, p->buf, sizeof(p->cupti)); /* which CUPTI: after each HELLO */
+        p->cupti_frames++;
     } else if (h.type == NP_WIRE_NAMES) {
         take_names(p, p->buf, h.size);
     } else if (h.type == NP_WIRE_ACTIVITY) {
@@ -573,6 +578,12 @@ static void check_named_launches(struct peer *p, struct launch *const *not_sent,
     check_named(p, (uint64_t)(uintptr_t)rt_stub, RT_KERNEL, l[2], what);
     check(names_in(p) == 3, "%s: %d names, want 3", what, names_in(p));
     check(p->bad_frames == 0, "%s: %d malformed frames", what, p->bad_frames);
+    /* the double presents itself as the CUPTI of its headers, whose records it writes */
+    check(p->cupti_frames == 1 && p->cupti.api_version == CUPTI_API_VERSION &&
+              p->cupti.support == NP_CUPTI_KNOWN && p->cupti.layouts_version == CUPTI_API_VERSION,
+          "%s: %d CUPTI frames, API version %u (want %u), layouts %u of %u", what, p->cupti_frames,
+          p->cupti.api_version, (unsigned)CUPTI_API_VERSION, p->cupti.support,
+          p->cupti.layouts_version);
 }
 
 /* live: loaded into a process that never had it; quiet after the peer closes; woken again. */

@@ -176,6 +176,16 @@ CUptiResult CUPTIAPI cuptiGetResultString(CUptiResult result, const char **str) 
     return CUPTI_SUCCESS;
 }
 
+/* ---- version ---- */
+
+CUptiResult CUPTIAPI cuptiGetVersion(uint32_t *version) {
+    if (!version)
+        return CUPTI_ERROR_INVALID_PARAMETER;
+    const char *env = getenv(CUPTI_REPLAY_API_VERSION_ENV);
+    *version = env && env[0] ? (uint32_t)strtoul(env, NULL, 10) : CUPTI_API_VERSION;
+    return CUPTI_SUCCESS;
+}
+
 /* ---- clock and thread ids ---- */
 
 static uint64_t realtime_ns(void) {
@@ -867,6 +877,17 @@ static size_t record_size(uint32_t kind) {
     default:
         return 0;
     }
+}
+
+/* CUPTI 13.2+'s: version 0 is the CUPTI's own, the only one the double knows. */
+CUptiResult CUPTIAPI cuptiActivityGetStructSize(CUpti_ActivityKind kind, uint32_t version,
+                                                size_t *size) {
+    if (!size)
+        return CUPTI_ERROR_INVALID_PARAMETER;
+    if (!getenv(CUPTI_REPLAY_STRUCT_SIZES_ENV) || version != 0)
+        return CUPTI_ERROR_NOT_SUPPORTED;
+    *size = record_size(kind);
+    return *size ? CUPTI_SUCCESS : CUPTI_ERROR_INVALID_KIND;
 }
 
 static uint32_t kind_at(const uint8_t *p) {

@@ -21,6 +21,18 @@
  * may when it initializes in a process whose CUDA contexts exist (lazy attach). */
 #define CUPTI_REPLAY_SUBSCRIBE_DELAY_ENV "CUPTI_REPLAY_SUBSCRIBE_DELAY_MS"
 
+/* The CUPTI the double presents itself as: cuptiGetVersion says the CUPTI_API_VERSION of the
+ * headers it is built with (the toolkit's: 130001 for CUDA 13.0), whose newest record structs
+ * (CUpti_ActivityKernel10, Memcpy6, Memset4, API) are the ones it writes. This environment
+ * variable makes it say another version (a test of an unknown or unsupported CUPTI); the records
+ * stay those structs. */
+#define CUPTI_REPLAY_API_VERSION_ENV "CUPTI_REPLAY_API_VERSION"
+
+/* Environment variable: when set, cuptiActivityGetStructSize (CUPTI 13.2+; the 13.0 the double
+ * plays has none, so it answers CUPTI_ERROR_NOT_SUPPORTED otherwise) states the sizes of the
+ * records the double writes. */
+#define CUPTI_REPLAY_STRUCT_SIZES_ENV "CUPTI_REPLAY_STRUCT_SIZES"
+
 /* Records per buffer that cuptiActivityFlushAll uses until cupti_replay_set_flush_order. */
 #define CUPTI_REPLAY_DEFAULT_RECORDS_PER_BUFFER 64
 

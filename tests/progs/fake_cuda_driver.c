@@ -9,7 +9,9 @@
  * CUfunction, cuKernelGetName for a CUkernel; CUDA 12.3+) with the name
  * each handle was made with, as the CUPTI library asks them for handles
  * made before it was loaded: a handle of the other kind, or one this
- * double never made, is CUDA_ERROR_INVALID_HANDLE. */
+ * double never made, is CUDA_ERROR_INVALID_HANDLE. It says it is a CUDA
+ * 13.0 driver (cuDriverGetVersion), as the CUPTI library asks before it
+ * calls CUPTI: a process that links it has a usable driver. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -96,6 +98,13 @@ static CUresult name_of(const char **name, const void *handle, enum handle_kind 
 
 EXPORT CUresult cuInit(unsigned flags) {
     return flags == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuDriverGetVersion(int *version) {
+    if (!version)
+        return CUDA_ERROR_INVALID_VALUE;
+    *version = 13000;
+    return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name) {

@@ -2,7 +2,9 @@
 """py_cupti: a Python program whose launches get GPU kernels and times, without a GPU.
 
 Like the CUDA driver would, it loads libncclprobe_cupti.so (argv[1]) and calls its
-InitializeInjection, with CUPTI answered by the TEST DOUBLE libcupti_replay.so (argv[2]).
+InitializeInjection, with CUPTI answered by the TEST DOUBLE libcupti_replay.so (argv[2]) and the
+driver by the TEST DOUBLE libfakecuda.so beside it (the library asks the driver's version before
+it calls CUPTI).
 Then, along a fixed chain of Python functions,
 
     <module> -> train -> step -> matmul | softmax -> launch -> cudaLaunchKernel (real libcudart)
@@ -30,6 +32,7 @@ class dim3(ctypes.Structure):
 
 injection, replay_path = sys.argv[1], sys.argv[2]
 os.environ.setdefault("NCCLPROBE_CUPTI_LIBRARY", replay_path)
+ctypes.CDLL(os.path.join(os.path.dirname(replay_path), "libfakecuda.so"), mode=ctypes.RTLD_GLOBAL)
 replay = ctypes.CDLL(replay_path, mode=ctypes.RTLD_GLOBAL)
 replay.cupti_replay_api.argtypes = [ctypes.c_int, ctypes.c_uint32, ctypes.c_char_p,
                                     ctypes.c_char_p]

@@ -3,7 +3,9 @@
  * injector hands one over; refused descriptors; the connection limit; the
  * HELLO deadline) and the frames the library sends over them: the HELLO's
  * origin, NAMES frames handed on entry by entry before the records that
- * follow, and every malformed NAMES frame refused whole and counted. */
+ * follow, and every malformed NAMES frame refused whole and counted; the
+ * CUPTI frame (which libcupti, its layouts) handed on with its strings cut
+ * to their fields, one of another size refused. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -22,7 +24,7 @@
 #define MS 1000000ull
 
 /* What the server handed on, in order. */
-enum seen_kind { SEEN_HELLO, SEEN_NAME, SEEN_RECORD, SEEN_CLOSE };
+enum seen_kind { SEEN_HELLO, SEEN_NAME, SEEN_RECORD, SEEN_CLOSE, SEEN_CUPTI };
 
 struct seen {
     enum seen_kind kind;
@@ -64,6 +66,16 @@ static void on_names(void *ctx, pid_t pid, uint64_t handle, const char *name, si
     add_seen(e);
 }
 
+static void on_cupti(void *ctx, pid_t pid, const struct np_wire_cupti *c) {
+    (void)ctx;
+    struct seen e = {.kind = SEEN_CUPTI, .pid = pid, .handle = c->api_version};
+    /* every string must end inside its field */
+    e.len = strlen(c->path) + strlen(c->cuda) + strlen(c->chosen_by) + strlen(c->degraded) +
+            strlen(c->record_type[NP_CUPTI_RECORDS - 1]);
+    snprintf(e.name, sizeof(e.name), "%s", c->cuda);
+    add_seen(e);
+}
+
 static void on_close(void *ctx, pid_t pid) {
     (void)ctx;
     add_seen((struct seen){.kind = SEEN_CLOSE, .pid = pid});
@@ -74,6 +86,7 @@ static const struct np_gpu_server_ops ops = {
     .on_hello = on_hello,
     .on_record = on_record,
     .on_names = on_names,
+    .on_cupti = on_cupti,
     .on_close = on_close,
 };
 
@@ -326,6 +339,36 @@ static void test_adopted_rules(void) {
     np_gpu_server_close(s);
 }
 
+/* A CUPTI frame whose strings fill their fields (no NUL): handed on, each
+ * string cut at its field's end; one of another size: bad_record. */
+static void test_cupti_frame(void) {
+    int mine;
+    nseen = 0;
+    struct np_gpu_server *s = server_with_client(&mine);
+    struct frame f;
+    hello(&f, (uint32_t)getpid(), NP_ORIGIN_START);
+    CHECK(send_frame(mine, &f));
+    memset(&f, 'x', sizeof(f.buf));
+    header(&f, NP_WIRE_CUPTI, (uint32_t)getpid());
+    struct np_wire_cupti *c = (void *)f.buf;
+    c->api_version = 130500;
+    c->support = NP_CUPTI_KNOWN;
+    f.len = sizeof(*c);
+    finish(&f, 0);
+    CHECK(send_frame(mine, &f));
+    np_gpu_server_poll(s);
+    CHECK(nseen == 2 && seen[1].kind == SEEN_CUPTI && seen[1].handle == 130500);
+    CHECK(seen[1].len == sizeof(c->path) - 1 + sizeof(c->cuda) - 1 + sizeof(c->chosen_by) - 1 +
+                             sizeof(c->degraded) - 1 + sizeof(c->record_type[0]) - 1);
+    ((struct np_wire_header *)f.buf)->size = sizeof(*c) - 8; /* shorter than the struct */
+    f.len = sizeof(*c) - 8;
+    CHECK(send_frame(mine, &f));
+    np_gpu_server_poll(s);
+    CHECK(np_gpu_server_stats(s)->rejected[NP_REJECT_BAD_RECORD] == 1);
+    close(mine);
+    np_gpu_server_close(s);
+}
+
 static bool fd_closed(int fd) {
     return fcntl(fd, F_GETFD) < 0 && errno == EBADF;
 }
@@ -381,6 +424,7 @@ int main(void) {
     test_old_hello();
     test_bad_names();
     test_names_before_hello();
+    test_cupti_frame();
     test_adopted_rules();
     test_adopt_refused();
     test_adopt_limit();
