@@ -658,7 +658,7 @@ static __always_inline void report_marker(struct pt_regs *ctx, __u64 pid_tgid) {
 
 /* ---- NCCL kernel plans --------------------------------------------------
  *
- * At ncclLaunchKernel / ncclLaunchCeColl, before the launch's own record,
+ * At ncclLaunchKernel / ncclLaunchCeColl / ncclLaunchRma, before the launch's own record,
  * one np_nccl_plan_event: raw bytes of the communicator, the plan, and each
  * task on the plan's task lists, at offsets user space read from the
  * library's DWARF (nccl_cfg, per probe id). The launch record follows it on

@@ -149,6 +149,9 @@ def test_every_operation_and_plan_equals_what_the_library_did(tmp_path, scenario
     assert s["nccl"]["internal_api_calls"] == sum(a["api"] == "Bcast" for a in apis)
     [lib] = s["nccl"]["libraries"]
     assert lib["debug_info"] and lib["kernel_plans"] and lib["missing"] == ""
+    # the double's own enums (DWARF), its version from its banner
+    assert set(lib["names_from"].values()) == {"dwarf"} and lib["support"] == "full"
+    assert lib["names"]["ncclFunc_t"][4] == "AllReduce" and lib["version"] == "2.28.9"
     # folded stacks: the operation type above the kernel leaf
     folded = rec.folded()
     for w in launches:
@@ -273,6 +276,32 @@ def test_stripped_library_keeps_the_api_data_and_says_what_is_missing(tmp_path):
     [lib] = rec.summary["nccl"]["libraries"]
     assert not lib["debug_info"] and "stripped" in lib["missing"]
     assert rec.summary["nccl"]["launches_without_plan"] == len(launches)
+    # said once; its enum names from the built-in table, and said so
+    assert lib["support"] == "degraded" and rec.stderr.count("no debug info") == 1
+    assert set(lib["names_from"].values()) == {"built-in"}
+    assert lib["version"] == "2.28.9"  # the banner is not debug info
+
+
+def test_a_version_outside_the_tested_ones_is_said_once(tmp_path):
+    """The double's version banner made 2.99.9: everything is still read by
+    name from its DWARF, summary.json says "untested", one warning says why."""
+    lib_dir = tmp_path / "lib"
+    lib_dir.mkdir()
+    data = FAKE.read_bytes()
+    assert data.count(b"NCCL version 2.28.9+") == 1
+    (lib_dir / "libfakenccl.so").write_bytes(data.replace(b"NCCL version 2.28.9+",
+                                                          b"NCCL version 2.99.9+"))
+    log = tmp_path / "fake.log"
+    rec = record(tmp_path, ["--", PROGS / "nccl_user", "--iters", 2],
+                 env={"FAKE_NCCL_LOG": str(log), "LD_LIBRARY_PATH": str(lib_dir)})
+    assert rec.returncode == 0, rec.stderr
+    [lib] = rec.summary["nccl"]["libraries"]
+    assert (lib["version"], lib["support"], lib["missing"]) == ("2.99.9", "untested", "")
+    warnings = [x for x in rec.stderr.splitlines() if "2.99.9" in x]
+    assert len(warnings) == 1 and "warning" in warnings[0] and lib["support_note"] in warnings[0]
+    apis, comms, launches = truth(log)
+    check_ops_against_api_calls(rec, apis, comms)
+    check_launches_against_plans(rec, launches)
 
 
 @pytest.mark.skipif(not REAL_NCCL.exists(), reason=f"{REAL_NCCL} not installed")
@@ -300,7 +329,7 @@ def test_real_libnccl_attaches_and_reports_api_arguments(tmp_path, workloads):
     # its DWARF gives everything ncclprobe reads
     [lib] = [x for x in rec.summary["nccl"]["libraries"] if x["path"].endswith("libnccl.so.2")]
     assert lib["debug_info"] and lib["communicator_identity"] and lib["kernel_plans"]
-    assert lib["missing"] == ""
+    assert lib["missing"] == "" and lib["support"] == "full" and lib["version"] == "2.28.9"
 
     ops = [op for op in rec.jsonl("nccl.jsonl") if op["op"] == "AllReduce"]
     assert len(ops) == 4 == thread_lines(out, key="op", value="calls")[(w.pid, "AllReduce")]

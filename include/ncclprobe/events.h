@@ -212,23 +212,27 @@ struct np_marker_event {
 
 /* ---- NCCL kernel plans -----------------------------------------------------
  *
- * At ncclLaunchKernel(comm, plan) / ncclLaunchCeColl(comm, plan) BPF copies,
- * as raw bytes, the parts of libnccl's structs that user space asks for in
- * nccl_cfg[probe id]: a span of the communicator (commHash, rank, nRanks,
- * cudaDev), the launch stream (comm->planner.streams->stream), a span of the
- * plan (kernelFn, channelMask, threadPerBlock, isSymColl, isCeColl, queue
- * heads), what the plan's argument pointer points at (the copy-engine
- * arguments), and a span of each task on the plan's two task lists. The
- * offsets come from the DWARF of the libnccl the target mapped (see
+ * At ncclLaunchKernel(comm, plan) / ncclLaunchCeColl(comm, plan) /
+ * ncclLaunchRma(comm, plan) BPF copies, as raw bytes, the parts of libnccl's
+ * structs that user space asks for in nccl_cfg[probe id]: a span of the
+ * communicator (commHash, rank, nRanks, cudaDev), the launch stream
+ * (comm->planner.streams->stream, or tasks.streams before 2.23), a span of
+ * the plan (kernelFn, channelMask, threadPerBlock, isSymColl, isCeColl,
+ * isRma), what the plan's argument pointer points at (the copy-engine or RMA
+ * arguments), and a span of each task on the plan's task lists. The offsets
+ * come from the DWARF of the libnccl the target mapped (see
  * src/attach/nccl_layout.c); BPF knows no NCCL struct, user space decodes. */
 #define NP_NCCL_NO_FIELD 0xffffffffu
 #define NP_NCCL_COMM_BYTES 128
 #define NP_NCCL_PLAN_BYTES 256
 #define NP_NCCL_AUX_BYTES 64
 #define NP_NCCL_TASK_BYTES 256
-#define NP_NCCL_MAX_TASKS 64 /* tasks copied per plan (coll first, then p2p) */
+#define NP_NCCL_MAX_TASKS 64 /* tasks copied per plan (in list order) */
 #define NP_NCCL_MAX_WALK 512 /* list nodes counted per plan: ops_total is at most this */
-#define NP_NCCL_LISTS 2      /* 0: collTaskQueue (ncclTaskColl), 1: p2pTaskQueue */
+/* 0: collTaskQueue (ncclTaskColl), 1: p2pTaskQueue, 2: bcastTaskQueue (2.29+),
+ * 3: rmaTaskQueueProxy, 4: rmaTaskQueueCe (ncclTaskRma, 2.29+); a list the
+ * library does not have is NP_NCCL_NO_FIELD (enum np_nccl_list) */
+#define NP_NCCL_LISTS 5
 
 struct np_nccl_list_cfg {
     __u32 head; /* offset of the list head in the plan; NP_NCCL_NO_FIELD: no such list */
@@ -242,7 +246,7 @@ struct np_nccl_cfg {
     __s8 plan_arg; /* register argument holding the plan, -1: none */
     __u8 pad[2];
     __u32 comm_lo, comm_len; /* span of the communicator, len <= NP_NCCL_COMM_BYTES */
-    __u32 comm_streams;      /* offset of planner.streams; NP_NCCL_NO_FIELD: unknown */
+    __u32 comm_streams;      /* offset of planner.streams (tasks.streams); NO_FIELD: unknown */
     __u32 stream_off;        /* offset of stream in ncclCudaStreamList */
     __u32 plan_lo, plan_len; /* span of the plan, len <= NP_NCCL_PLAN_BYTES */
     __u32 plan_aux;          /* offset of a pointer in the plan whose pointee is copied */
@@ -252,7 +256,7 @@ struct np_nccl_cfg {
 
 enum np_nccl_flags {
     NP_NF_COMM_ERR = 1u << 0,   /* the communicator span could not be read */
-    NP_NF_STREAM_ERR = 1u << 1, /* planner.streams->stream could not be read */
+    NP_NF_STREAM_ERR = 1u << 1, /* the launch stream could not be read */
     NP_NF_PLAN_ERR = 1u << 2,   /* the plan span could not be read */
     NP_NF_AUX_ERR = 1u << 3,    /* the plan's argument pointee could not be read */
     NP_NF_TASK_ERR = 1u << 4,   /* a task could not be read: its list stopped there */
@@ -269,7 +273,7 @@ struct np_nccl_plan_event {
     __u8 comm_bytes[NP_NCCL_COMM_BYTES];
     __u8 plan_bytes[NP_NCCL_PLAN_BYTES];
     __u8 aux_bytes[NP_NCCL_AUX_BYTES];
-    /* n_tasks[0] + n_tasks[1] slots of NP_NCCL_TASK_BYTES, list 0 first; a
+    /* n_tasks[0] + ... + n_tasks[4] slots of NP_NCCL_TASK_BYTES, list 0 first; a
      * slot holds the task's bytes from its list's lo */
     __u8 tasks[NP_NCCL_MAX_TASKS][NP_NCCL_TASK_BYTES];
 };

@@ -55,6 +55,7 @@
 #define NP_KERNEL_UNNAMED_PREFIX "<unnamed 0x" /* "<unnamed 0x7f...>": handle made earlier */
 #define NP_KERNEL_NCCL_UNKNOWN "<nccl kernel>" /* an ncclLaunchKernel without a readable plan */
 #define NP_KERNEL_NCCL_CE "<nccl copy engine>" /* an ncclLaunchCeColl launch */
+#define NP_KERNEL_NCCL_RMA "<nccl rma>"        /* an ncclLaunchRma plan (no kernel) */
 
 /* ---- JSON keys the readers use ------------------------------------------------------ */
 

@@ -347,9 +347,11 @@ static const struct np_nccl_layout *nccl_layout_of(struct np_scanned_file *file,
             return NULL;
         uint64_t start = np_monotonic_ns();
         np_nccl_layout_load(binary, file->nccl);
-        if (file->nccl->status != 0)
-            np_warn("%s: %s", target_path, file->nccl->missing);
-        np_debug("%s: NCCL layout read in %.1f ms%s%s", target_path,
+        /* once per file: the layout is cached with the scan */
+        if (file->nccl->support != NP_NCCL_FULL)
+            np_warn("%s: %s", target_path, file->nccl->note);
+        np_debug("%s: NCCL %s layout read in %.1f ms%s%s", target_path,
+                 file->nccl->version[0] ? file->nccl->version : "(version unknown)",
                  (double)(np_monotonic_ns() - start) / 1e6,
                  file->nccl->missing[0] ? "; missing: " : "", file->nccl->missing);
     }

@@ -322,6 +322,48 @@ int np_elf_find_code(int fd, const void *pattern, size_t len, uint64_t *vaddr) {
     return err;
 }
 
+/* The first NUL-terminated string of data that starts with prefix. */
+static void find_string(const char *data, size_t len, const char *prefix, char *text, size_t size) {
+    size_t plen = strlen(prefix);
+    for (const char *p = data; p && (size_t)(p - data) + plen <= len;) {
+        const char *hit = memmem(p, len - (size_t)(p - data), prefix, plen);
+        if (!hit)
+            return;
+        if (hit == data || hit[-1] == '\0') {
+            size_t n = strnlen(hit, len - (size_t)(hit - data));
+            snprintf(text, size, "%.*s", (int)n, hit);
+            return;
+        }
+        p = hit + 1;
+    }
+}
+
+int np_elf_describe(int fd, const char *prefix, bool *has_symtab, char *text, size_t size) {
+    Elf *elf = NULL;
+    size_t shstrndx;
+    int err = begin_x86_64(fd, &elf);
+    *has_symtab = false;
+    text[0] = '\0';
+    if (err)
+        return err;
+    if (elf_getshdrstrndx(elf, &shstrndx) != 0)
+        shstrndx = 0;
+    for (Elf_Scn *scn = NULL; (scn = elf_nextscn(elf, scn)) != NULL;) {
+        GElf_Shdr sh;
+        if (!gelf_getshdr(scn, &sh))
+            continue;
+        const char *name = shstrndx ? elf_strptr(elf, shstrndx, sh.sh_name) : NULL;
+        if (sh.sh_type == SHT_SYMTAB)
+            *has_symtab = true;
+        Elf_Data *data;
+        if (!text[0] && name && strcmp(name, ".rodata") == 0 && sh.sh_type == SHT_PROGBITS &&
+            (data = elf_getdata(scn, NULL)) && data->d_buf)
+            find_string(data->d_buf, data->d_size, prefix, text, size);
+    }
+    elf_end(elf);
+    return 0;
+}
+
 int np_elf_read_symbol(int fd, const char *name, uint64_t *vaddr, void *buf, size_t len) {
     struct np_elf_symbol_query q = {.name = name, .buf = buf, .len = len};
     int err = np_elf_read_symbols(fd, &q, 1);

@@ -6,6 +6,7 @@
 #ifndef NP_ELFSCAN_H
 #define NP_ELFSCAN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -61,6 +62,12 @@ int np_elf_exec_segment(int fd, struct np_elf_segment *out);
 /* The vaddr of the first occurrence of the len bytes of pattern in the file
  * bytes of that segment: 0, -ENOENT when absent, -ENOEXEC as above. */
 int np_elf_find_code(int fd, const void *pattern, size_t len, uint64_t *vaddr);
+
+/* What else the ELF open on fd carries: whether it has a .symtab, and the
+ * first string of its .rodata that starts with prefix (copied to text, ""
+ * when there is none: libnccl's "NCCL version 2.29.7+cuda13.2" banner).
+ * -ENOEXEC when fd is not an x86-64 ELF64 file, -EINVAL when not ELF. */
+int np_elf_describe(int fd, const char *prefix, bool *has_symtab, char *text, size_t size);
 
 /* The load bias of the ELF open on fd, from one of its mappings (start
  * address and file offset): address in the process = bias + vaddr. */

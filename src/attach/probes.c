@@ -40,6 +40,10 @@ static const struct np_probe_def defs[] = {
     /* copy-engine collectives (2.28+) bypass ncclLaunchKernel: same arguments */
     {"_Z16ncclLaunchCeCollP8ncclCommP14ncclKernelPlan", "ncclLaunchCeColl", NP_FAMILY_NCCL,
      NP_ROLE_LAUNCH, NP_LAYOUT_NCCL_LAUNCH, -1, 0, 0, 0, 0},
+    /* and so do RMA plans (2.29+: PutSignal, Signal, WaitSignal), through the
+     * proxy or the copy engines, without a kernel */
+    {"_Z13ncclLaunchRmaP8ncclCommP14ncclKernelPlan", "ncclLaunchRma", NP_FAMILY_NCCL,
+     NP_ROLE_LAUNCH, NP_LAYOUT_NCCL_LAUNCH, -1, 0, 0, 0, 0},
     NCCL_API("ncclAllReduce", "AllReduce", NP_LAYOUT_NCCL_REDUCE_OP),
     NCCL_API("ncclReduceScatter", "ReduceScatter", NP_LAYOUT_NCCL_REDUCE_OP),
     NCCL_API("ncclReduce", "Reduce", NP_LAYOUT_NCCL_REDUCE_ROOT),
@@ -51,6 +55,16 @@ static const struct np_probe_def defs[] = {
     NCCL_API("ncclAlltoAll", "AlltoAll", NP_LAYOUT_NCCL_PLAIN),
     NCCL_API("ncclSend", "Send", NP_LAYOUT_NCCL_P2P),
     NCCL_API("ncclRecv", "Recv", NP_LAYOUT_NCCL_P2P),
+    /* 2.32's per-call-config variants: functions of their own (not wrappers of
+     * the plain ones), the config an extra last argument - the same layouts */
+    NCCL_API("ncclAllReduceConfig", "AllReduce", NP_LAYOUT_NCCL_REDUCE_OP),
+    NCCL_API("ncclReduceScatterConfig", "ReduceScatter", NP_LAYOUT_NCCL_REDUCE_OP),
+    NCCL_API("ncclReduceConfig", "Reduce", NP_LAYOUT_NCCL_REDUCE_ROOT),
+    NCCL_API("ncclBroadcastConfig", "Broadcast", NP_LAYOUT_NCCL_ROOT),
+    NCCL_API("ncclGatherConfig", "Gather", NP_LAYOUT_NCCL_ROOT),
+    NCCL_API("ncclScatterConfig", "Scatter", NP_LAYOUT_NCCL_ROOT),
+    NCCL_API("ncclAllGatherConfig", "AllGather", NP_LAYOUT_NCCL_PLAIN),
+    NCCL_API("ncclAlltoAllConfig", "AlltoAll", NP_LAYOUT_NCCL_PLAIN),
     NCCL_API("ncclGroupStart", "GroupStart", NP_LAYOUT_NCCL_GROUP),
     NCCL_API("ncclGroupEnd", "GroupEnd", NP_LAYOUT_NCCL_GROUP),
     /* Calls that produce the handles later launches name */

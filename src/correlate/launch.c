@@ -52,6 +52,8 @@ static const char *name_from_arguments(const struct np_kernel_names *names,
         if (strcmp(l->def->api, "ncclLaunchCeColl") == 0 ||
             (l->nccl_plan && l->nccl_plan->copy_engine))
             return NP_KERNEL_NCCL_CE;
+        if (strcmp(l->def->api, "ncclLaunchRma") == 0 || (l->nccl_plan && l->nccl_plan->rma))
+            return NP_KERNEL_NCCL_RMA;
         if (l->nccl_plan && l->nccl_plan->has_kernel_fn) {
             const char *name = np_kernel_name_from_stub(sym, l->nccl_plan->kernel_fn);
             if (name)
@@ -114,12 +116,13 @@ void np_launch_add_nccl_kernel(struct np_nccl_comms *comms, const struct np_laun
 }
 
 void np_launch_count_nccl_op(struct np_nccl_comms *comms, const struct np_launch *l) {
-    int func = np_nccl_func_of_api(l->def->api);
-    if (func < 0 || !l->comm)
+    int slot = np_nccl_api_slot(l->def->api);
+    if (slot < 0 || !l->comm)
         return;
     struct np_nccl_comm_stats *c = np_nccl_comms_get(comms, l->ev->hdr.pid, l->comm, &l->comm_id);
     if (c) {
-        c->api[func].calls++;
-        c->api[func].bytes += l->count * (uint64_t)np_nccl_datatype_size(l->datatype);
+        c->api[slot].calls++;
+        c->api[slot].bytes +=
+            l->count * (uint64_t)np_nccl_datatype_bytes(l->nccl_names, l->datatype);
     }
 }

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ingest/nccl_plan.h"
+#include "attach/probes.h"
 #include "lib/util.h"
 
 void np_nccl_comms_init(struct np_nccl_comms *c) {
@@ -64,9 +64,35 @@ struct np_nccl_comm_stats *np_nccl_comms_get(struct np_nccl_comms *c, uint32_t p
     return s;
 }
 
-int np_nccl_func_of_api(const char *api) {
-    for (int f = 0; f < NP_NCCL_FUNCS; f++)
-        if (strcmp(api, np_nccl_func_name(f)) == 0)
-            return f;
+/* The API probes' operations, in probe-table order, each once. */
+static const char *const *api_slots(void) {
+    static const char *slots[NP_NCCL_API_SLOTS + 1];
+    static int ready;
+    if (ready)
+        return slots;
+    size_t n, used = 0;
+    const struct np_probe_def *defs = np_probe_defs(&n);
+    for (size_t i = 0; i < n && used < NP_NCCL_API_SLOTS; i++) {
+        if (defs[i].role != NP_ROLE_API || defs[i].layout == NP_LAYOUT_NCCL_GROUP)
+            continue;
+        bool seen = false;
+        for (size_t j = 0; j < used && !seen; j++)
+            seen = strcmp(slots[j], defs[i].api) == 0;
+        if (!seen)
+            slots[used++] = defs[i].api;
+    }
+    ready = 1;
+    return slots;
+}
+
+int np_nccl_api_slot(const char *api) {
+    const char *const *slots = api_slots();
+    for (int i = 0; slots[i]; i++)
+        if (strcmp(api, slots[i]) == 0)
+            return i;
     return -1;
+}
+
+const char *np_nccl_api_slot_name(int slot) {
+    return slot >= 0 && slot < NP_NCCL_API_SLOTS ? api_slots()[slot] : NULL;
 }

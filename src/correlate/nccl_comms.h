@@ -15,7 +15,7 @@
 #include "attach/nccl_layout.h"
 #include "lib/hashmap.h"
 
-#define NP_NCCL_FUNCS 11 /* ncclFunc_t values 0..10 */
+#define NP_NCCL_API_SLOTS 16 /* distinct operations of the API probes (probes.c) */
 
 struct np_nccl_op_totals {
     uint64_t calls, bytes;
@@ -25,10 +25,10 @@ struct np_nccl_comm_stats {
     uint32_t pid;
     uint64_t comm;
     struct np_nccl_comm_id id;
-    struct np_nccl_op_totals api[NP_NCCL_FUNCS]; /* API calls by ncclFunc_t */
-    uint64_t launches;                           /* kernel launches (plans) */
-    uint64_t planned_ops;                        /* operations in those plans */
-    uint64_t gpu_ns, gpu_records;                /* GPU work the join gave those launches */
+    struct np_nccl_op_totals api[NP_NCCL_API_SLOTS]; /* API calls by operation (api slot) */
+    uint64_t launches;                               /* kernel launches (plans) */
+    uint64_t planned_ops;                            /* operations in those plans */
+    uint64_t gpu_ns, gpu_records;                    /* GPU work the join gave those launches */
 };
 
 struct np_nccl_comms {
@@ -42,7 +42,11 @@ void np_nccl_comms_free(struct np_nccl_comms *c);
 /* The communicator's entry (created on first sight); NULL without memory. */
 struct np_nccl_comm_stats *np_nccl_comms_get(struct np_nccl_comms *c, uint32_t pid, uint64_t comm,
                                              const struct np_nccl_comm_id *id);
-/* ncclFunc_t of an API name ("AllReduce"), -1 for none (group calls). */
-int np_nccl_func_of_api(const char *api);
+/* The totals' slot of an API operation ("AllReduce": ncclAllReduce and
+ * ncclAllReduceConfig), -1 for none (group calls); and the operation of a
+ * slot (NULL past the last). Slots follow the probe table, not any
+ * library's ncclFunc_t. */
+int np_nccl_api_slot(const char *api);
+const char *np_nccl_api_slot_name(int slot);
 
 #endif

@@ -148,6 +148,8 @@ static const char *nccl_plan_missing(const struct np_nccl_layout *layout,
         return "the launch stream could not be read";
     if (plan->copy_engine && (plan->flags & NP_NF_AUX_ERR))
         return "the copy-engine arguments could not be read";
+    if (plan->rma && plan->nops == 0 && (plan->flags & NP_NF_AUX_ERR))
+        return "the RMA arguments could not be read";
     if (layout->missing[0])
         return layout->missing;
     if (plan->symmetric && plan->nops == 0)
@@ -228,6 +230,7 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
     struct np_launch l;
     np_launch_decode(e, called->def, &l);
     l.nested = really_nested(in, p, e);
+    l.nccl_names = called->nccl ? &called->nccl->names : NULL; /* the library's own names */
     struct np_nccl_plan *plan =
         called->def->layout == NP_LAYOUT_NCCL_LAUNCH ? take_nccl_plan(in, e) : NULL;
     if (called->def->layout == NP_LAYOUT_NCCL_LAUNCH)

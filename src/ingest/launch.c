@@ -1,5 +1,4 @@
-/* launch.c - argument decoding per layout, and NCCL's datatype and
- * reduction-op names (see launch.h). Register order is SysV x86-64: rdi rsi
+/* launch.c - argument decoding per layout (see launch.h). Register order is SysV x86-64: rdi rsi
  * rdx rcx r8 r9, then the stack above the return address. A dim3 (12 bytes)
  * travels in two registers: x|y<<32, then z. */
 #include "ingest/launch.h"
@@ -112,29 +111,4 @@ void np_launch_decode(const struct np_launch_event *e, const struct np_probe_def
         decode_nccl(l, a, s);
         break;
     }
-}
-
-const char *np_nccl_datatype_name(int64_t datatype) {
-    static const char *const names[] = {"int8",    "uint8",    "int32",      "uint32",
-                                        "int64",   "uint64",   "float16",    "float32",
-                                        "float64", "bfloat16", "float8e4m3", "float8e5m2"};
-    if (datatype < 0 || datatype >= (int64_t)(sizeof(names) / sizeof(names[0])))
-        return "?";
-    return names[datatype];
-}
-
-int np_nccl_datatype_size(int64_t datatype) {
-    static const int sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
-    if (datatype < 0 || datatype >= (int64_t)(sizeof(sizes) / sizeof(sizes[0])))
-        return 0;
-    return sizes[datatype];
-}
-
-const char *np_nccl_redop_name(int64_t redop) {
-    static const char *const names[] = {"sum", "prod", "max", "min", "avg"};
-    if (redop < 0)
-        return "?";
-    if (redop >= (int64_t)(sizeof(names) / sizeof(names[0])))
-        return "custom";
-    return names[redop];
 }

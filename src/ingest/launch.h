@@ -1,7 +1,7 @@
 /* launch.h - a launch event decoded: the raw registers and stack words the
  * probe copied, turned into the arguments of the function the caller
- * called (see enum np_arg_layout); and the names of an NCCL call's
- * datatype and reduction op. */
+ * called (see enum np_arg_layout). An NCCL call's datatype and reduction op
+ * are named with its library's own names (nccl_names). */
 #ifndef NP_LAUNCH_H
 #define NP_LAUNCH_H
 
@@ -27,6 +27,9 @@ struct np_launch {
     uint64_t sendbuff, recvbuff, count, comm;
     int64_t datatype, redop, root, peer; /* -1 when the call has none */
     struct np_nccl_comm_id comm_id;      /* the communicator's identity, when read */
+    /* NCCL calls and launches: the enum names of the library probed (set by
+     * ingest; NULL: the built-in table) */
+    const struct np_nccl_names *nccl_names;
     /* NCCL kernel launches: the plan (NULL when it was not read) and what
      * is missing, set by ingest */
     const struct np_nccl_plan *nccl_plan;
@@ -35,11 +38,5 @@ struct np_launch {
 
 void np_launch_decode(const struct np_launch_event *e, const struct np_probe_def *def,
                       struct np_launch *out);
-
-/* NCCL enum names (nccl.h, stable since 2.x); "?" for unknown values. */
-const char *np_nccl_datatype_name(int64_t datatype);
-const char *np_nccl_redop_name(int64_t redop);
-/* Bytes per element, 0 when unknown. */
-int np_nccl_datatype_size(int64_t datatype);
 
 #endif

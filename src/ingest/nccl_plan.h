@@ -1,9 +1,10 @@
 /* nccl_plan.h - an NCCL kernel launch decoded: the plan record BPF copied
- * at ncclLaunchKernel / ncclLaunchCeColl (raw bytes, see events.h) turned
- * into the communicator, the kernel, its grid and block, the stream, and
- * the operations the plan carries - with the layout of the libnccl that
- * launched it. The names of NCCL's functions, algorithms and protocols
- * live here too. */
+ * at ncclLaunchKernel / ncclLaunchCeColl / ncclLaunchRma (raw bytes, see
+ * events.h) turned into the communicator, the kernel, its grid and block,
+ * the stream, and the operations the plan carries - with the layout of the
+ * libnccl that launched it, whose enum names (attach/nccl_names.h) the plan
+ * keeps for whoever formats it. The names of NCCL's algorithms and
+ * protocols (#defines, not in DWARF) live here too. */
 #ifndef NP_NCCL_PLAN_H
 #define NP_NCCL_PLAN_H
 
@@ -15,12 +16,12 @@
 #include "ncclprobe/events.h"
 
 struct np_nccl_op {
-    int32_t func; /* ncclFunc_t */
+    int32_t func; /* ncclFunc_t of the launching library (plan->names) */
     uint64_t count;
     int32_t datatype, redop, root, peer; /* -1: none */
     int32_t algorithm, protocol;         /* -1: undefined / not read */
     int32_t nchannels;                   /* -1: not read */
-    uint64_t bytes;                      /* 0 when the element size is unknown */
+    uint64_t bytes; /* 0 when the element size is unknown (RMA tasks: their own count) */
 };
 
 struct np_nccl_plan {
@@ -30,8 +31,9 @@ struct np_nccl_plan {
     bool has_stream, has_kernel_fn;
     struct np_nccl_comm_id id;
     uint32_t grid, block; /* 0: not read */
-    bool symmetric, copy_engine;
-    uint32_t nops, total_ops; /* decoded; on the plan's lists */
+    bool symmetric, copy_engine, rma;
+    const struct np_nccl_names *names; /* of the launching library: func, datatype, redop */
+    uint32_t nops, total_ops;          /* decoded; on the plan's lists */
     struct np_nccl_op ops[NP_NCCL_MAX_TASKS];
 };
 
@@ -40,12 +42,12 @@ int np_nccl_plan_decode(const struct np_nccl_layout *l, const struct np_nccl_pla
                         size_t size, struct np_nccl_plan *out);
 
 /* The plan's operation types for the [NCCL] frame: "AllReduce", several
- * different ones joined with '+' ("Send+Recv"), in plan order. From the
- * kernel name when the plan carries no task (symmetric kernels). */
+ * different ones joined with '+' ("Send+Recv"), in plan order, named as its
+ * library names them. From the kernel name when the plan carries no task
+ * (symmetric kernels). */
 void np_nccl_plan_op_types(const struct np_nccl_plan *p, const char *kernel, char *out,
                            size_t size);
 
-const char *np_nccl_func_name(int64_t func);           /* "AllReduce"; "?" when unknown */
 const char *np_nccl_algorithm_name(int64_t algorithm); /* "RING"; "" for -1 */
 const char *np_nccl_protocol_name(int64_t protocol);   /* "LL"; "" for -1 */
 

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "attach/nccl_names.h"
 #include "ingest/ingest.h"
 #include "lib/json.h"
 #include "lib/recfile.h"
@@ -319,13 +320,20 @@ static void comm_id_json(struct np_str *s, const struct np_nccl_comm_id *id) {
         id->hash, id->rank, id->nranks, id->cuda_dev);
 }
 
-static void nccl_op_json(struct np_str *s, const struct np_nccl_op *op) {
+/* An enum value as its library names it; "" for none (-1). */
+static const char *nccl_name(const struct np_nccl_names *names, enum np_nccl_enum e,
+                             int64_t value) {
+    return value >= 0 ? np_nccl_name(names, e, value) : "";
+}
+
+static void nccl_op_json(struct np_str *s, const struct np_nccl_names *names,
+                         const struct np_nccl_op *op) {
     np_str_append(s, "{\"" NP_KEY_NCCL_OP "\":");
-    np_json_string(s, np_nccl_func_name(op->func));
+    np_json_string(s, np_nccl_name(names, NP_NCCL_FUNC, op->func));
     np_str_appendf(s, ",\"count\":%" PRIu64 ",\"datatype\":", op->count);
-    np_json_string(s, op->datatype >= 0 ? np_nccl_datatype_name(op->datatype) : "");
+    np_json_string(s, nccl_name(names, NP_NCCL_DATATYPE, op->datatype));
     np_str_appendf(s, ",\"bytes\":%" PRIu64 ",\"redop\":", op->bytes);
-    np_json_string(s, op->redop >= 0 ? np_nccl_redop_name(op->redop) : "");
+    np_json_string(s, nccl_name(names, NP_NCCL_REDOP, op->redop));
     np_str_appendf(s, ",\"root\":%d,\"peer\":%d,\"algorithm\":", op->root, op->peer);
     np_json_string(s, np_nccl_algorithm_name(op->algorithm));
     np_str_append(s, ",\"protocol\":");
@@ -345,7 +353,7 @@ static void nccl_launch_json(struct np_str *s, const struct np_launch *l) {
                        p->symmetric ? "true" : "false", p->copy_engine ? "true" : "false");
         for (uint32_t i = 0; i < p->nops; i++) {
             np_str_append(s, i ? "," : "");
-            nccl_op_json(s, &p->ops[i]);
+            nccl_op_json(s, p->names, &p->ops[i]);
         }
         np_str_appendf(s, "],\"ops_total\":%u,\"ops_truncated\":%s", p->total_ops,
                        p->total_ops > p->nops || (p->flags & NP_NF_TASK_ERR) ? "true" : "false");
@@ -579,7 +587,7 @@ void np_output_nccl_op(struct np_output *o, const struct np_launch *l,
                        const struct np_stack_texts *stack) {
     uint64_t sid = stack_id(o, stack);
     struct np_str *s = &o->line;
-    int size = np_nccl_datatype_size(l->datatype);
+    int size = np_nccl_datatype_bytes(l->nccl_names, l->datatype);
 
     o->totals.nccl_ops++;
     np_str_reset(s);
@@ -587,9 +595,9 @@ void np_output_nccl_op(struct np_output *o, const struct np_launch *l,
     np_str_append(s, ",\"" NP_KEY_NCCL_OP "\":");
     np_json_string(s, l->def->api);
     np_str_appendf(s, ",\"count\":%" PRIu64 ",\"datatype\":", l->count);
-    np_json_string(s, l->datatype >= 0 ? np_nccl_datatype_name(l->datatype) : "");
+    np_json_string(s, nccl_name(l->nccl_names, NP_NCCL_DATATYPE, l->datatype));
     np_str_appendf(s, ",\"bytes\":%" PRIu64 ",\"redop\":", l->count * (uint64_t)size);
-    np_json_string(s, l->redop >= 0 ? np_nccl_redop_name(l->redop) : "");
+    np_json_string(s, nccl_name(l->nccl_names, NP_NCCL_REDOP, l->redop));
     np_str_appendf(
         s, ",\"root\":%" PRId64 ",\"peer\":%" PRId64 ",\"" NP_KEY_COMM "\":\"0x%" PRIx64 "\"",
         l->root, l->peer, l->comm);

@@ -11,13 +11,12 @@
 
 #include "attach/attach.h"
 #include "correlate/gpu.h"
-#include "correlate/nccl_comms.h"
 #include "ingest/gpu_socket.h"
 #include "ingest/ingest.h"
-#include "ingest/nccl_plan.h"
 #include "lib/json.h"
 #include "ncclprobe/recording.h"
 #include "writers/output.h"
+#include "writers/summary_nccl.h"
 
 static uint64_t at(const uint64_t *arr, size_t len, size_t i) {
     return arr && i < len ? arr[i] : 0;
@@ -110,85 +109,6 @@ static cJSON *files_json(const struct np_summary *s) {
     np_json_add_u64(o, NP_KEY_RECORDS_WRITTEN, ot->records_written);
     np_json_add_u64(o, NP_KEY_RECORDS_CUT, ot->records_cut);
     cJSON_AddStringToObject(o, NP_KEY_CUT_REASON, ot->cut_error ? strerror(-ot->cut_error) : "");
-    return o;
-}
-
-static cJSON *hex_u64(uint64_t v) {
-    char text[32];
-    snprintf(text, sizeof(text), "0x%" PRIx64, v);
-    return cJSON_CreateString(text);
-}
-
-static cJSON *nccl_comm_json(const struct np_nccl_comm_stats *c) {
-    cJSON *o = cJSON_CreateObject();
-    np_json_add_u64(o, "pid", c->pid);
-    cJSON_AddItemToObject(o, "comm", hex_u64(c->comm));
-    if (c->id.known) {
-        cJSON_AddItemToObject(o, "comm_hash", hex_u64(c->id.hash));
-        cJSON_AddNumberToObject(o, "rank", c->id.rank);
-        cJSON_AddNumberToObject(o, "nranks", c->id.nranks);
-        cJSON_AddNumberToObject(o, "cuda_dev", c->id.cuda_dev);
-    } else {
-        cJSON_AddNullToObject(o, "comm_hash");
-        cJSON_AddNullToObject(o, "rank");
-        cJSON_AddNullToObject(o, "nranks");
-        cJSON_AddNullToObject(o, "cuda_dev");
-    }
-    uint64_t calls = 0, bytes = 0;
-    cJSON *ops = cJSON_CreateObject();
-    for (int f = 0; f < NP_NCCL_FUNCS; f++) {
-        if (!c->api[f].calls)
-            continue;
-        cJSON *op = cJSON_AddObjectToObject(ops, np_nccl_func_name(f));
-        np_json_add_u64(op, "calls", c->api[f].calls);
-        np_json_add_u64(op, "bytes", c->api[f].bytes);
-        calls += c->api[f].calls;
-        bytes += c->api[f].bytes;
-    }
-    np_json_add_u64(o, "calls", calls);
-    np_json_add_u64(o, "bytes", bytes);
-    cJSON_AddItemToObject(o, "ops", ops);
-    np_json_add_u64(o, "kernel_launches", c->launches);
-    np_json_add_u64(o, "planned_ops", c->planned_ops);
-    np_json_add_u64(o, "gpu_records", c->gpu_records);
-    np_json_add_u64(o, "gpu_ns", c->gpu_ns);
-    return o;
-}
-
-/* What each libnccl's DWARF gave, per process. */
-static cJSON *nccl_libraries_json(const struct np_summary *s) {
-    cJSON *arr = cJSON_CreateArray();
-    for (size_t i = 0; i < s->nprocesses; i++) {
-        const struct np_process *t = s->processes[i];
-        for (size_t j = 0; j < t->nlibs; j++) {
-            const struct np_library *l = &t->libs[j];
-            if (!l->nccl)
-                continue;
-            cJSON *o = cJSON_CreateObject();
-            np_json_add_u64(o, "pid", (uint64_t)t->pid);
-            np_json_add_text(o, "path", l->path);
-            np_json_add_text(o, "build_id", l->build_id);
-            cJSON_AddBoolToObject(o, "debug_info", l->nccl->status == 0);
-            cJSON_AddBoolToObject(o, "communicator_identity", l->nccl->comm_ok);
-            cJSON_AddBoolToObject(o, "kernel_plans", l->nccl->plan_ok);
-            np_json_add_text(o, "missing", l->nccl->missing);
-            cJSON_AddItemToArray(arr, o);
-        }
-    }
-    return arr;
-}
-
-static cJSON *nccl_json(const struct np_summary *s) {
-    cJSON *o = cJSON_CreateObject();
-    np_json_add_u64(o, "plans", s->ingest->nccl_plans);
-    np_json_add_u64(o, "plans_dropped", s->counters[NP_CNT_NCCL_PLAN_DROPPED]);
-    np_json_add_u64(o, "plans_unclaimed", s->ingest->nccl_plans_unclaimed);
-    np_json_add_u64(o, "launches_without_plan", s->ingest->nccl_launches_without_plan);
-    np_json_add_u64(o, "internal_api_calls", s->ingest->nccl_internal_calls);
-    cJSON_AddItemToObject(o, "libraries", nccl_libraries_json(s));
-    cJSON *comms = cJSON_AddArrayToObject(o, "communicators");
-    for (size_t i = 0; s->nccl_comms && i < s->nccl_comms->count; i++)
-        cJSON_AddItemToArray(comms, nccl_comm_json(&s->nccl_comms->items[i]));
     return o;
 }
 
@@ -303,7 +223,7 @@ int np_summary_write(const char *path, const struct np_summary *s) {
     cJSON_AddItemToObject(root, "launches_by_api", launches_by_api(s));
     cJSON_AddItemToObject(root, "launches_by_kernel", kernels_json(s->out));
     cJSON_AddItemToObject(root, "gpu", gpu_json(s));
-    cJSON_AddItemToObject(root, "nccl", nccl_json(s));
+    cJSON_AddItemToObject(root, "nccl", np_summary_nccl_json(s));
 
     return np_json_write_file(path, root);
 }

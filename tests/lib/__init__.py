@@ -15,6 +15,7 @@ tests/ on sys.path); tests/conftest.py holds only the fixtures.
 - daemon.py      `ncclprobe daemon` under test, and the launcher workloads it traces
 - merge.py       `ncclprobe merge` on written inputs, and CUPTI trace events
 - gdb.py         gdb's backtrace at a launch, the oracle for stacks
+- nccl_dwarf.py  gdb (and nm, readelf) on a libnccl: struct offsets, sizes, enumerators
 - bpf.py         the BPF programs and links a process holds
 - inject.py      the live library injector: its test driver, self-checking targets,
                  what an injection may change, the timing table

@@ -47,7 +47,9 @@
 
 static const uint64_t kCommMagic = 0x6e63636c66616b65ULL; // "ncclfake"
 static const int kVersionCode = 22809;                    // NCCL_VERSION(2, 28, 9)
-static const unsigned char kPoison = 0xdb;                // freed tasks, plans and list nodes
+// NCCL's version banner (init.cc's VERSION_STRING), where ncclprobe reads the version from
+__attribute__((used)) static const char kVersionBanner[] = "NCCL version 2.28.9+cuda13.0";
+static const unsigned char kPoison = 0xdb; // freed tasks, plans and list nodes
 
 // ---- NCCL's internal enums (same values as NCCL 2.28) ----
 

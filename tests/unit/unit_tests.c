@@ -2,7 +2,7 @@
  * demangling, thunk decoding, /proc/PID/maps parsing, frame and JSON
  * escaping, hash maps, argument decoding, number parsing, Python file
  * names, the recording writer (hostile names included), the launch <-> GPU
- * record join, NCCL layouts from DWARF, NCCL plan decoding and
+ * record join, NCCL layouts and enum names from DWARF, NCCL plan decoding and
  * per-communicator totals. Prints "N passed, N failed" and exits non-zero
  * on any failure. */
 #include <errno.h>
@@ -177,9 +177,46 @@ static void test_decode(void) {
     np_launch_decode(&e, np_probe_def_by_symbol("ncclReduce"), &l);
     CHECK(l.is_nccl_op && l.count == 99 && l.datatype == 7 && l.redop == 2 && l.root == 3);
     CHECK(l.comm == 0xc0 && l.stream == 0x5 && l.peer == -1);
-    check_str(np_nccl_datatype_name(9), "bfloat16", "datatype name");
-    check_str(np_nccl_redop_name(7), "custom", "user redop");
-    CHECK(np_nccl_datatype_size(6) == 2 && np_nccl_datatype_size(42) == 0);
+    /* without a library's names: the built-in table */
+    check_str(np_nccl_name(NULL, NP_NCCL_DATATYPE, 9), "bfloat16", "datatype name");
+    check_str(np_nccl_name(NULL, NP_NCCL_REDOP, 7), "custom", "user redop");
+    CHECK(np_nccl_datatype_bytes(NULL, 6) == 2 && np_nccl_datatype_bytes(NULL, 42) == 0);
+}
+
+/* Names as a library's DWARF gives them: prefixes dropped, the first name
+ * of a value kept, counts left out, sizes from the names; what DWARF did
+ * not name comes from the built-in table, and says so. */
+static void test_nccl_names(void) {
+    static struct np_nccl_names n;
+    np_nccl_names_clear(&n);
+    static const struct {
+        enum np_nccl_enum e;
+        const char *name;
+        int64_t value;
+    } seen[] = {
+        {NP_NCCL_FUNC, "ncclFuncBroadcast", 0},   {NP_NCCL_FUNC, "ncclFuncAllGatherV", 11},
+        {NP_NCCL_FUNC, "ncclFuncWaitSignal", 14}, {NP_NCCL_FUNC, "ncclNumFuncs", 15},
+        {NP_NCCL_DATATYPE, "ncclInt8", 0},        {NP_NCCL_DATATYPE, "ncclChar", 0},
+        {NP_NCCL_DATATYPE, "ncclBfloat16", 9},    {NP_NCCL_DATATYPE, "ncclFloat8e4m3", 10},
+        {NP_NCCL_DATATYPE, "ncclNumTypes", 12},
+    };
+    for (size_t i = 0; i < sizeof(seen) / sizeof(seen[0]); i++)
+        np_nccl_names_add(&n, seen[i].e, seen[i].name, seen[i].value);
+    np_nccl_names_fill_builtin(&n);
+    check_str(np_nccl_name(&n, NP_NCCL_FUNC, 11), "AllGatherV", "func 11");
+    check_str(np_nccl_name(&n, NP_NCCL_FUNC, 14), "WaitSignal", "func 14");
+    check_str(np_nccl_name(&n, NP_NCCL_FUNC, 4), "?", "func gap"); /* DWARF named no 4 here */
+    check_str(np_nccl_name(&n, NP_NCCL_FUNC, 15), "?", "the count is no name");
+    check_str(np_nccl_name(&n, NP_NCCL_DATATYPE, 0), "int8", "first name of a value");
+    check_str(np_nccl_name(&n, NP_NCCL_DATATYPE, 9), "bfloat16", "lower-case");
+    CHECK(np_nccl_datatype_bytes(&n, 9) == 2 && np_nccl_datatype_bytes(&n, 10) == 1 &&
+          np_nccl_datatype_bytes(&n, 0) == 1 && np_nccl_datatype_bytes(&n, 5) == 0);
+    CHECK(n.from_dwarf[NP_NCCL_FUNC] && n.from_dwarf[NP_NCCL_DATATYPE] &&
+          !n.from_dwarf[NP_NCCL_REDOP]);
+    check_str(np_nccl_name(&n, NP_NCCL_REDOP, 4), "avg", "built-in redop");
+    static const char *const reductions[] = {"AllReduce", NULL};
+    CHECK(np_nccl_func_is(&n, 0, (const char *const[]){"Broadcast", NULL}) &&
+          !np_nccl_func_is(&n, 11, reductions));
 }
 
 static char *slurp(const char *dir, const char *name) {
@@ -514,6 +551,10 @@ static void test_nccl_plan_decode(void) {
     static struct np_nccl_layout l;
     np_nccl_layout_load(lib, &l);
     CHECK(l.status == 0 && l.comm_ok && l.plan_ok && l.missing[0] == '\0');
+    CHECK(strcmp(l.version, "2.28.9") == 0 && l.version_code == 22809 && l.has_symtab &&
+          l.dwarf_version == 4 && l.support == NP_NCCL_FULL && l.note[0] == '\0');
+    CHECK(l.names.from_dwarf[NP_NCCL_FUNC] && l.names.count[NP_NCCL_FUNC] == 11);
+    check_str(np_nccl_name(&l.names, NP_NCCL_FUNC, 10), "Gather", "2.28 func 10");
     const struct np_nccl_cfg *c = &l.cfg;
     CHECK(c->comm_lo == 0x1044c8 && c->comm_len == 20); /* commHash .. cudaDev */
     CHECK(c->comm_streams == 0x1054a0 && c->stream_off == 8);
@@ -523,6 +564,9 @@ static void test_nccl_plan_decode(void) {
     CHECK(c->lists[1].head == 136 && c->lists[1].next == 0 && c->lists[1].lo == 8 &&
           c->lists[1].len == 81 - 8);
     CHECK(c->plan_aux == 48 && c->aux_len == 24); /* ncclCeCollArgs func .. eltSize */
+    /* the bcast and RMA lists came in 2.29 */
+    CHECK(c->lists[2].head == NP_NCCL_NO_FIELD && c->lists[3].head == NP_NCCL_NO_FIELD &&
+          c->lists[4].head == NP_NCCL_NO_FIELD);
 
     static struct np_nccl_plan_event e;
     memset(&e, 0, sizeof(e));
@@ -591,12 +635,78 @@ static void test_nccl_plan_decode(void) {
     put_bytes(e.aux_bytes, 16, 2, 8);   /* eltSize */
     CHECK(np_nccl_plan_decode(&l, &e, NP_NCCL_PLAN_FIXED_SIZE, &p) == 0 && p.copy_engine &&
           p.nops == 1 && p.ops[0].func == 2 && p.ops[0].count == 4096 && p.ops[0].bytes == 8192);
+    /* no per-task channel count (as before 2.27): a plan's only operation
+     * gets the plan's, several get none */
+    static struct np_nccl_layout old;
+    old = l;
+    old.f[NPF_COLL_NCHANNELS].offset = old.f[NPF_P2P_NCHANNELS].offset = -1;
+    old.nchannels_from_plan = true;
+    memset(&e, 0, sizeof(e));
+    e.plan = 0x7f0000002000;
+    put_bytes(e.plan_bytes, 64 - 34, 0x3, 8); /* channelMask: 2 channels */
+    e.n_tasks[0] = e.total[0] = 1;
+    put_bytes(e.tasks[0], 8 - 8, 3, 4), put_bytes(e.tasks[0], 32 - 8, 64, 8);
+    CHECK(np_nccl_plan_decode(&old, &e, NP_NCCL_PLAN_FIXED_SIZE + NP_NCCL_TASK_BYTES, &p) == 0 &&
+          p.nops == 1 && p.ops[0].nchannels == 2);
+    e.n_tasks[1] = e.total[1] = 1; /* and a second operation */
+    CHECK(np_nccl_plan_decode(&old, &e, NP_NCCL_PLAN_FIXED_SIZE + 2 * NP_NCCL_TASK_BYTES, &p) ==
+              0 &&
+          p.nops == 2 && p.ops[0].nchannels == -1 && p.ops[1].nchannels == -1);
     /* a stripped library: nothing to read, said so */
     struct np_nccl_layout stripped;
     np_nccl_layout_load("/usr/bin/true", &stripped);
     CHECK(stripped.status == -ENODATA && !stripped.comm_ok && !stripped.plan_ok &&
           strstr(stripped.missing, "stripped") && stripped.cfg.comm_len == 0 &&
           stripped.cfg.lists[0].head == NP_NCCL_NO_FIELD);
+    CHECK(stripped.support == NP_NCCL_DEGRADED && !stripped.names.from_dwarf[NP_NCCL_FUNC]);
+    check_str(np_nccl_name(&stripped.names, NP_NCCL_FUNC, 4), "AllReduce", "built-in func");
+}
+
+/* The libnccl of a runtime matrix entry (tools/fetch-runtimes.sh), NULL
+ * when the cache does not have it. */
+static const char *runtime_nccl(const char *version, char *path, size_t size) {
+    const char *dir = getenv("NCCLPROBE_RUNTIMES_DIR"), *home = getenv("HOME");
+    if (dir)
+        snprintf(path, size, "%s/nccl-%s/lib/libnccl.so.2", dir, version);
+    else if (getenv("XDG_CACHE_HOME"))
+        snprintf(path, size, "%s/ncclprobe/runtimes/nccl-%s/lib/libnccl.so.2",
+                 getenv("XDG_CACHE_HOME"), version);
+    else
+        snprintf(path, size, "%s/.cache/ncclprobe/runtimes/nccl-%s/lib/libnccl.so.2",
+                 home ? home : "/root", version);
+    return access(path, R_OK) == 0 ? path : NULL;
+}
+
+/* Other NCCL versions, when the runtime cache has them (the notes'
+ * gdb offsets, docs/nccl.md): 2.29's AllGatherV is func 11 by its own
+ * DWARF; 2.21 launches on ncclComm.tasks.streams and has no task lists. */
+static void test_nccl_plan_versions(void) {
+    static struct np_nccl_layout l;
+    static struct np_nccl_plan_event e;
+    static struct np_nccl_plan p;
+    char path[512], types[64];
+    if (runtime_nccl("2.29.7", path, sizeof(path))) {
+        np_nccl_layout_load(path, &l);
+        CHECK(l.support == NP_NCCL_FULL && strcmp(l.version, "2.29.7") == 0);
+        CHECK(l.cfg.lists[0].head == 216 && l.cfg.lists[2].head == 168 &&
+              l.cfg.lists[3].head == 184 && l.cfg.plan_aux == 56);
+        memset(&e, 0, sizeof(e));
+        e.plan = 0x7f0000002000;
+        e.n_tasks[0] = e.total[0] = 1;
+        put_bytes(e.tasks[0], 8 - 8, 11, 4), put_bytes(e.tasks[0], 32 - 8, 5, 8);
+        CHECK(np_nccl_plan_decode(&l, &e, NP_NCCL_PLAN_FIXED_SIZE + NP_NCCL_TASK_BYTES, &p) == 0);
+        np_nccl_plan_op_types(&p, "ncclDevKernel_Generic", types, sizeof(types));
+        check_str(types, "AllGatherV", "2.29 func 11");
+    } else {
+        printf("skipped: no nccl-2.29.7 in the runtime cache\n");
+    }
+    if (runtime_nccl("2.21.5", path, sizeof(path))) {
+        np_nccl_layout_load(path, &l);
+        CHECK(l.support == NP_NCCL_DEGRADED && l.comm_ok && l.plan_ok);
+        CHECK(l.cfg.comm_streams == 0x3cc8 && l.cfg.stream_off == 8); /* tasks.streams */
+        CHECK(l.missing_field[NPF_COLL_HEAD] && !l.missing_field[NPF_COMM_STREAMS] &&
+              strstr(l.missing, "before 2.23"));
+    }
 }
 
 /* Communicators by (process, pointer); a pointer reused by a communicator
@@ -615,7 +725,12 @@ static void test_nccl_comms(void) {
     struct np_nccl_comm_stats *s3 = np_nccl_comms_get(&c, 10, 0x1000, &b);
     CHECK(c.count == 3 && s3 == &c.items[2] && s3->id.hash == 2 && s3->launches == 0);
     CHECK(np_nccl_comms_get(&c, 10, 0x1000, NULL) == &c.items[2]);
-    CHECK(np_nccl_func_of_api("AllReduce") == 4 && np_nccl_func_of_api("GroupEnd") == -1);
+    /* totals by API operation, whatever ncclFunc_t says: ncclAllReduceConfig is an AllReduce */
+    int slot = np_nccl_api_slot("AllReduce");
+    CHECK(slot >= 0 && strcmp(np_nccl_api_slot_name(slot), "AllReduce") == 0);
+    CHECK(np_nccl_api_slot(np_probe_def_by_symbol("ncclAllReduceConfig")->api) == slot);
+    CHECK(np_nccl_api_slot("GroupEnd") == -1 && np_nccl_api_slot("Nothing") == -1);
+    CHECK(np_nccl_api_slot("Scatter") >= 0 && np_nccl_api_slot_name(NP_NCCL_API_SLOTS) == NULL);
     np_nccl_comms_free(&c);
 }
 
@@ -630,6 +745,8 @@ int main(void) {
     test_gpu_join();
     test_nccl_dwarf_layout();
     test_nccl_plan_decode();
+    test_nccl_plan_versions();
+    test_nccl_names();
     test_nccl_comms();
     test_decode();
     test_writers();
