@@ -125,6 +125,26 @@ struct {
     __type(value, struct np_handle_event);
 } handle_calls SEC(".maps");
 
+/* A capture or graph call in flight (NP_ROLE_GRAPH_CALL), keyed like
+ * handle_calls: out holds the out pointer until the return reads it. */
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 16384);
+    __type(key, struct call_key);
+    __type(value, struct np_graph_event);
+} graph_calls SEC(".maps");
+
+/* Stream captures going on, per process (tgid): while one is, launches are
+ * sent even when the daemon records nothing (paused), so the launches that
+ * make up a graph - captured at a server's start - are known when its
+ * replays are recorded. User space tells the captured ones by their stream. */
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 4096);
+    __type(key, __u32);
+    __type(value, __s64);
+} active_captures SEC(".maps");
+
 /* Scratch for building a launch event, one slot per CPU (user space sets
  * max_entries to the number of possible CPUs). Too big for the 512-byte BPF
  * stack, and over the 32 KiB value limit of per-CPU arrays. */
@@ -622,6 +642,72 @@ static __always_inline void remember_handle_call(struct pt_regs *ctx,
     /* A name string is read at the return, not here (see on_return). */
 }
 
+static __always_inline void remember_graph_call(struct pt_regs *ctx,
+                                                const struct np_probe_cfg *cfg, __u32 probe_id,
+                                                __u32 tid) {
+    struct np_graph_event empty = {};
+    struct call_key key = {.tid = tid, .sp = PT_REGS_SP(ctx)};
+    if (bpf_map_update_elem(&graph_calls, &key, &empty, BPF_ANY) != 0)
+        return;
+    struct np_graph_event *g = bpf_map_lookup_elem(&graph_calls, &key);
+    if (!g)
+        return;
+    read_reg_args(ctx, g->args);
+    g->probe_id = probe_id;
+    g->op = cfg->graph_op;
+    g->out = cfg->out_arg < NP_REG_ARGS ? g->args[cfg->out_arg] : 0;
+}
+
+/* A capture began (successfully) or ended (either way: a failed end ends it
+ * too) in process tgid. */
+static __always_inline void track_capture(__u32 tgid, __u32 op, __s64 ret) {
+    if (op == NP_GOP_END) {
+        __s64 *n = bpf_map_lookup_elem(&active_captures, &tgid);
+        if (n && *n > 0)
+            __sync_fetch_and_add(n, -1);
+        return;
+    }
+    if ((op != NP_GOP_BEGIN && op != NP_GOP_BEGIN_TO_GRAPH) || ret != 0)
+        return;
+    __s64 one = 1;
+    __s64 *n = bpf_map_lookup_elem(&active_captures, &tgid);
+    if (n)
+        __sync_fetch_and_add(n, 1);
+    else
+        bpf_map_update_elem(&active_captures, &tgid, &one, BPF_NOEXIST);
+}
+
+static __always_inline bool capturing(__u32 tgid) {
+    __s64 *n = bpf_map_lookup_elem(&active_captures, &tgid);
+    return n && *n > 0;
+}
+
+/* The return of a capture or graph call: its record, with what its out
+ * argument points at now. Sent whatever it returned (user space ignores
+ * failed calls), and also while paused: graphs outlive recordings. */
+static __always_inline int graph_call_returned(struct pt_regs *ctx, __u64 pid_tgid,
+                                               __u32 probe_id) {
+    struct call_key key = {.tid = (__u32)pid_tgid, .sp = PT_REGS_SP(ctx) - 8};
+    struct np_graph_event *g = bpf_map_lookup_elem(&graph_calls, &key);
+    if (!g)
+        return 0;
+    __u64 out_ptr = g->out;
+    g->out = 0;
+    if (out_ptr)
+        bpf_probe_read_user(&g->out, sizeof(g->out), (void *)out_ptr);
+    g->ret = (__s64)(__s32)PT_REGS_RC(ctx);
+    track_capture(pid_tgid >> 32, g->op, g->ret);
+    fill_header(&g->hdr, NP_EV_GRAPH, sizeof(*g), pid_tgid, bpf_ktime_get_ns());
+    if (bpf_ringbuf_output(&events, g, sizeof(*g), wakeup_flag(sizeof(*g))) == 0) {
+        count(NP_CNT_GRAPH_SENT);
+    } else {
+        count(NP_CNT_GRAPH_DROPPED);
+        count_probe(&probe_drops, probe_id);
+    }
+    bpf_map_delete_elem(&graph_calls, &key);
+    return 0;
+}
+
 /* The dynamic loader calls _dl_debug_state (its r_brk, the debugger hook)
  * inside dlopen once the new objects are mapped, before their constructors
  * run and before dlopen returns: wake user space now to probe them. */
@@ -825,7 +911,7 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
 
     switch (cfg->role) {
     case NP_ROLE_LAUNCH: {
-        if (paused)
+        if (paused && !capturing(pid_tgid >> 32))
             return 0;
         __u64 ts = bpf_ktime_get_ns();
         if (over_rate_limit(probe_id, ts))
@@ -852,6 +938,9 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
     case NP_ROLE_HANDLE_ENTRY:
         remember_handle_call(ctx, cfg, probe_id, (__u32)pid_tgid);
         return 0;
+    case NP_ROLE_GRAPH_CALL:
+        remember_graph_call(ctx, cfg, probe_id, (__u32)pid_tgid);
+        return 0;
     case NP_ROLE_LOADER:
         report_loader_change(pid_tgid, cfg);
         return 0;
@@ -873,6 +962,8 @@ static __always_inline int on_return(struct pt_regs *ctx) {
     if (!cfg || cfg->pid != pid_tgid >> 32)
         return 0;
     count_probe(&probe_hits, probe_id);
+    if (cfg->role == NP_ROLE_GRAPH_CALL)
+        return graph_call_returned(ctx, pid_tgid, probe_id);
 
     struct call_key key = {.tid = tid, .sp = PT_REGS_SP(ctx) - 8};
     struct np_handle_event *h = bpf_map_lookup_elem(&handle_calls, &key);

@@ -18,7 +18,7 @@
 #include <linux/types.h>
 #endif
 
-#define NP_EVENT_VERSION 2
+#define NP_EVENT_VERSION 3
 #define NP_COMM_LEN 16
 #define NP_MAX_STACK 127 /* kernel's default perf_event_max_stack */
 #define NP_REG_ARGS 6    /* SysV x86-64 integer argument registers */
@@ -35,6 +35,7 @@ enum np_event_type {
     NP_EV_MAP = 3,    /* a target loaded a library (struct np_map_event) */
     NP_EV_MARKER = 4, /* libncclprobe_cupti.so named a launch's correlation id (np_marker_event) */
     NP_EV_NCCL_PLAN = 5, /* an NCCL kernel plan, sent just before its launch's record (below) */
+    NP_EV_GRAPH = 6,     /* a stream-capture or graph call returned (struct np_graph_event) */
 };
 
 struct np_event_header {
@@ -56,8 +57,25 @@ enum np_probe_role {
     NP_ROLE_HANDLE_RETURN = 5, /* its return (uretprobe): emits np_handle_event */
     NP_ROLE_LOADER = 6,        /* the dynamic loader's r_brk (a library was loaded) or CPython's
                                   Py_FinalizeEx: user space catches up before a held process goes on */
-    NP_ROLE_MARKER = 7         /* ncclprobe_cupti_marker(correlation id, domain, cbid), called
+    NP_ROLE_MARKER = 7,        /* ncclprobe_cupti_marker(correlation id, domain, cbid), called
                                   by our CUPTI library inside a launch: emits np_marker_event */
+    NP_ROLE_GRAPH_CALL = 8     /* a capture, event or graph call (enum np_graph_op): its
+                                  arguments kept at entry, np_graph_event sent at its return */
+};
+
+/* What a NP_ROLE_GRAPH_CALL probe's function does to stream capture and
+ * graphs (np_probe_cfg.graph_op): the runtime's and the driver's alike. */
+enum np_graph_op {
+    NP_GOP_NONE = 0,
+    NP_GOP_BEGIN,          /* (stream[, mode]): the stream starts capturing */
+    NP_GOP_BEGIN_TO_GRAPH, /* (stream, graph, deps, edges, n, mode): ... into an existing graph */
+    NP_GOP_END,            /* (stream, &graph): the capture ends, its graph comes out */
+    NP_GOP_EVENT_RECORD,   /* (event, stream): a capturing stream's event forks the capture */
+    NP_GOP_STREAM_WAIT,    /* (stream, event, flags): the stream joins the event's capture */
+    NP_GOP_INSTANTIATE,    /* (&exec, graph, ...): an executable graph of the graph */
+    NP_GOP_EXEC_UPDATE,    /* (exec, graph, ...): the exec now runs the graph's nodes */
+    NP_GOP_GRAPH_DESTROY,  /* (graph) */
+    NP_GOP_EXEC_DESTROY,   /* (exec) */
 };
 
 /* How a handle producer names its handle (enum np_probe_cfg.src_kind). */
@@ -76,7 +94,7 @@ struct np_probe_cfg {
     __u8 src_kind;  /* enum np_handle_source */
     __u8 hold;      /* loader hook of a process ncclprobe started: stop it until probed */
     __u8 nccl_plan; /* an NCCL launch: nccl_cfg[probe id] says what of its plan to read */
-    __u8 pad;
+    __u8 graph_op;  /* NP_ROLE_GRAPH_CALL: enum np_graph_op */
     __u32 deref_off; /* added to the dereferenced pointer */
     __u32 deref_len; /* bytes to copy, at most NP_DEREF_BYTES */
 };
@@ -210,6 +228,19 @@ struct np_marker_event {
     __u32 pad;
 };
 
+/* A capture, event or graph call, sent at its return: its register
+ * arguments as at the entry, what its out argument (probe_cfg.out_arg)
+ * pointed at once it returned (the graph of an end of capture, the exec of
+ * an instantiation), and its return value (a CUresult / cudaError_t). */
+struct np_graph_event {
+    struct np_event_header hdr;
+    __u32 probe_id;
+    __u32 op; /* enum np_graph_op */
+    __u64 args[NP_REG_ARGS];
+    __u64 out;
+    __s64 ret;
+};
+
 /* ---- NCCL kernel plans -----------------------------------------------------
  *
  * At ncclLaunchKernel(comm, plan) / ncclLaunchCeColl(comm, plan) /
@@ -313,6 +344,8 @@ enum np_counter {
     NP_CNT_NCCL_PLAN_DROPPED,
     NP_CNT_RATE_LIMITED, /* launch/API hits not sent: over rate_limit (daemon over its CPU budget)
                           */
+    NP_CNT_GRAPH_SENT,   /* capture/graph call records written to the ring buffer */
+    NP_CNT_GRAPH_DROPPED,
     NP_CNT_MAX
 };
 

@@ -193,6 +193,7 @@ static struct np_probe_cfg site_cfg(const struct np_probe_site *s) {
         .out_arg = (uint8_t)s->def->out_arg,
         .src_arg = (uint8_t)s->def->src_arg,
         .src_kind = (uint8_t)s->def->src_kind,
+        .graph_op = (uint8_t)s->def->graph_op,
         .hold = s->hold,
         .deref_off = 0,
         .deref_len = (uint32_t)s->def->deref_len,
@@ -222,14 +223,21 @@ static int write_site_cfg(struct np_attacher *a, const struct np_probe_site *s) 
     return 0;
 }
 
-/* One perf-event uprobe per probe (and a uretprobe for handle producers). */
+/* Probes whose work is done at the function's return too. */
+static bool needs_return(const struct np_probe_site *s) {
+    return !s->is_thunk &&
+           (s->def->role == NP_ROLE_HANDLE_ENTRY || s->def->role == NP_ROLE_GRAPH_CALL);
+}
+
+/* One perf-event uprobe per probe (and a uretprobe for handle producers and
+ * graph calls). */
 static int attach_site(struct np_attacher *a, struct np_probe_site *s, const char *binary) {
     LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = s->id);
     s->link =
         bpf_program__attach_uprobe_opts(a->skel->progs.np_entry, s->pid, binary, s->offset, &opts);
     if (!s->link)
         return -errno;
-    if (s->def->role == NP_ROLE_HANDLE_ENTRY) {
+    if (needs_return(s)) {
         opts.retprobe = true;
         s->ret_link = bpf_program__attach_uprobe_opts(a->skel->progs.np_return, s->pid, binary,
                                                       s->offset, &opts);
@@ -278,7 +286,7 @@ static int attach_library_multi(struct np_attacher *a, pid_t pid, const char *bi
         if (s->err)
             continue;
         offsets[nentry] = s->offset, cookies[nentry++] = s->id;
-        if (s->def->role == NP_ROLE_HANDLE_ENTRY && !s->is_thunk)
+        if (needs_return(s))
             ret_offsets[nret] = s->offset, ret_cookies[nret++] = s->id;
     }
     if (!err && nentry) {

@@ -12,6 +12,12 @@
     { sym, api, NP_FAMILY_NCCL, NP_ROLE_API, layout, -1, 0, 0, 0, 0 }
 #define HANDLE(sym, fam, out, src, kind)                                                           \
     { sym, sym, fam, NP_ROLE_HANDLE_ENTRY, NP_LAYOUT_HANDLE, -1, 0, out, src, kind }
+/* A capture, event or graph call: op, the out argument (-1: none), the
+ * argument holding the capture mode (-1: none, global) */
+#define GRAPH(sym, fam, op, out, mode)                                                             \
+    { sym, sym, fam, NP_ROLE_GRAPH_CALL, NP_LAYOUT_NONE, -1, 0, out, mode, 0, op }
+#define RT_GRAPH(sym, op, out, mode) GRAPH(sym, NP_FAMILY_RUNTIME, op, out, mode)
+#define DRV_GRAPH(sym, op, out, mode) GRAPH(sym, NP_FAMILY_DRIVER, op, out, mode)
 
 static const struct np_probe_def defs[] = {
     /* CUDA runtime */
@@ -74,6 +80,50 @@ static const struct np_probe_def defs[] = {
     HANDLE("cuModuleGetFunction", NP_FAMILY_DRIVER, 0, 2, NP_SRC_STRING),
     HANDLE("cuLibraryGetKernel", NP_FAMILY_DRIVER, 0, 2, NP_SRC_STRING),
     HANDLE("cuKernelGetFunction", NP_FAMILY_DRIVER, 0, 1, NP_SRC_HANDLE),
+    /* Stream capture and the graphs it makes (cuda_runtime_api.h, cuda.h):
+     * a launch on a capturing stream runs nothing, it becomes a graph node */
+    RT_GRAPH("cudaStreamBeginCapture", NP_GOP_BEGIN, -1, 1),
+    RT_GRAPH("cudaStreamBeginCapture_ptsz", NP_GOP_BEGIN, -1, 1),
+    RT_GRAPH("cudaStreamBeginCaptureToGraph", NP_GOP_BEGIN_TO_GRAPH, -1, 5),
+    RT_GRAPH("cudaStreamBeginCaptureToGraph_ptsz", NP_GOP_BEGIN_TO_GRAPH, -1, 5),
+    RT_GRAPH("cudaStreamEndCapture", NP_GOP_END, 1, -1),
+    RT_GRAPH("cudaStreamEndCapture_ptsz", NP_GOP_END, 1, -1),
+    RT_GRAPH("cudaEventRecord", NP_GOP_EVENT_RECORD, -1, -1),
+    RT_GRAPH("cudaEventRecord_ptsz", NP_GOP_EVENT_RECORD, -1, -1),
+    RT_GRAPH("cudaEventRecordWithFlags", NP_GOP_EVENT_RECORD, -1, -1),
+    RT_GRAPH("cudaEventRecordWithFlags_ptsz", NP_GOP_EVENT_RECORD, -1, -1),
+    RT_GRAPH("cudaStreamWaitEvent", NP_GOP_STREAM_WAIT, -1, -1),
+    RT_GRAPH("cudaStreamWaitEvent_ptsz", NP_GOP_STREAM_WAIT, -1, -1),
+    RT_GRAPH("cudaGraphInstantiate", NP_GOP_INSTANTIATE, 0, -1),
+    RT_GRAPH("cudaGraphInstantiateWithFlags", NP_GOP_INSTANTIATE, 0, -1),
+    RT_GRAPH("cudaGraphInstantiateWithParams", NP_GOP_INSTANTIATE, 0, -1),
+    RT_GRAPH("cudaGraphInstantiateWithParams_ptsz", NP_GOP_INSTANTIATE, 0, -1),
+    RT_GRAPH("cudaGraphExecUpdate", NP_GOP_EXEC_UPDATE, -1, -1),
+    RT_GRAPH("cudaGraphDestroy", NP_GOP_GRAPH_DESTROY, -1, -1),
+    RT_GRAPH("cudaGraphExecDestroy", NP_GOP_EXEC_DESTROY, -1, -1),
+    DRV_GRAPH("cuStreamBeginCapture", NP_GOP_BEGIN, -1, -1), /* CUDA 10.0's: no mode */
+    DRV_GRAPH("cuStreamBeginCapture_ptsz", NP_GOP_BEGIN, -1, -1),
+    DRV_GRAPH("cuStreamBeginCapture_v2", NP_GOP_BEGIN, -1, 1),
+    DRV_GRAPH("cuStreamBeginCapture_v2_ptsz", NP_GOP_BEGIN, -1, 1),
+    DRV_GRAPH("cuStreamBeginCaptureToGraph", NP_GOP_BEGIN_TO_GRAPH, -1, 5),
+    DRV_GRAPH("cuStreamBeginCaptureToGraph_ptsz", NP_GOP_BEGIN_TO_GRAPH, -1, 5),
+    DRV_GRAPH("cuStreamEndCapture", NP_GOP_END, 1, -1),
+    DRV_GRAPH("cuStreamEndCapture_ptsz", NP_GOP_END, 1, -1),
+    DRV_GRAPH("cuEventRecord", NP_GOP_EVENT_RECORD, -1, -1),
+    DRV_GRAPH("cuEventRecord_ptsz", NP_GOP_EVENT_RECORD, -1, -1),
+    DRV_GRAPH("cuEventRecordWithFlags", NP_GOP_EVENT_RECORD, -1, -1),
+    DRV_GRAPH("cuEventRecordWithFlags_ptsz", NP_GOP_EVENT_RECORD, -1, -1),
+    DRV_GRAPH("cuStreamWaitEvent", NP_GOP_STREAM_WAIT, -1, -1),
+    DRV_GRAPH("cuStreamWaitEvent_ptsz", NP_GOP_STREAM_WAIT, -1, -1),
+    DRV_GRAPH("cuGraphInstantiate", NP_GOP_INSTANTIATE, 0, -1),
+    DRV_GRAPH("cuGraphInstantiate_v2", NP_GOP_INSTANTIATE, 0, -1),
+    DRV_GRAPH("cuGraphInstantiateWithFlags", NP_GOP_INSTANTIATE, 0, -1),
+    DRV_GRAPH("cuGraphInstantiateWithParams", NP_GOP_INSTANTIATE, 0, -1),
+    DRV_GRAPH("cuGraphInstantiateWithParams_ptsz", NP_GOP_INSTANTIATE, 0, -1),
+    DRV_GRAPH("cuGraphExecUpdate", NP_GOP_EXEC_UPDATE, -1, -1),
+    DRV_GRAPH("cuGraphExecUpdate_v2", NP_GOP_EXEC_UPDATE, -1, -1),
+    DRV_GRAPH("cuGraphDestroy", NP_GOP_GRAPH_DESTROY, -1, -1),
+    DRV_GRAPH("cuGraphExecDestroy", NP_GOP_EXEC_DESTROY, -1, -1),
     /* glibc's r_brk: dlopen mapped new objects (libraries loaded late) */
     {"_dl_debug_state", "dlopen", NP_FAMILY_LOADER, NP_ROLE_LOADER, NP_LAYOUT_NONE, -1, 0, 0, 0, 0},
     /* CPython is about to free its modules (and their code objects): a

@@ -48,8 +48,9 @@ struct np_probe_def {
     enum np_arg_layout layout;
     int deref_arg; /* argument whose pointee BPF copies, -1 for none */
     int deref_len;
-    int out_arg, src_arg; /* handle producers */
+    int out_arg, src_arg; /* handle producers; graph calls: out, and the capture mode's */
     enum np_handle_source src_kind;
+    enum np_graph_op graph_op; /* NP_ROLE_GRAPH_CALL */
 };
 
 const struct np_probe_def *np_probe_defs(size_t *count);

@@ -214,10 +214,18 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
         in->stats.unknown_source++; /* also: a probe id reused since the record was sent */
         return;
     }
-    if (in->ops->recording && !in->ops->recording(in, p)) {
+    struct np_launch l;
+    np_launch_decode(e, called->def, &l);
+    struct np_nccl_plan *plan =
+        called->def->layout == NP_LAYOUT_NCCL_LAUNCH ? take_nccl_plan(in, e) : NULL;
+    if (plan && plan->has_stream)
+        l.stream = plan->stream;
+    /* A launch into a graph being captured is kept even when nothing is
+     * recorded now: the graph's replays may be. */
+    if (in->ops->recording && !in->ops->recording(in, p) &&
+        !(in->ops->captured && in->ops->captured(in, p, &l))) {
         in->stats.not_recorded++;
-        if (called->def->layout == NP_LAYOUT_NCCL_LAUNCH)
-            free(take_nccl_plan(in, e));
+        free(plan);
         return;
     }
     /* Without a symbolizer (the process exited before we could read its
@@ -227,12 +235,8 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
     in->stats.launch_events++;
     count_probe(in, e->called_as);
 
-    struct np_launch l;
-    np_launch_decode(e, called->def, &l);
     l.nested = really_nested(in, p, e);
     l.nccl_names = called->nccl ? &called->nccl->names : NULL; /* the library's own names */
-    struct np_nccl_plan *plan =
-        called->def->layout == NP_LAYOUT_NCCL_LAUNCH ? take_nccl_plan(in, e) : NULL;
     if (called->def->layout == NP_LAYOUT_NCCL_LAUNCH)
         add_nccl_plan(in, called, &l, plan);
 
@@ -268,6 +272,22 @@ static void handle_handle(struct np_ingest *in, const struct np_handle_event *h,
     in->ops->handle(in, p, site, h);
 }
 
+static void handle_graph(struct np_ingest *in, const struct np_graph_event *g, size_t size) {
+    if (size < sizeof(*g)) {
+        in->stats.malformed++;
+        return;
+    }
+    const struct np_probe_site *site = np_attacher_site(in->attacher, g->probe_id);
+    struct np_ingest_proc *p = in->ops->find(in, (pid_t)g->hdr.pid);
+    if (!site || !p || site->pid != p->process->pid || site->def->role != NP_ROLE_GRAPH_CALL) {
+        in->stats.unknown_source++;
+        return;
+    }
+    in->stats.graph_events++;
+    if (in->ops->graph)
+        in->ops->graph(in, p, site, g);
+}
+
 static void handle_map(struct np_ingest *in, const struct np_map_event *m, size_t size) {
     if (size < sizeof(*m)) {
         in->stats.malformed++;
@@ -301,6 +321,9 @@ static void dispatch(struct np_ingest *in, void *data, size_t size) {
         break;
     case NP_EV_NCCL_PLAN:
         handle_nccl_plan(in, data, h->size);
+        break;
+    case NP_EV_GRAPH:
+        handle_graph(in, data, h->size);
         break;
     default:
         in->stats.malformed++;

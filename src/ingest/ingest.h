@@ -29,11 +29,13 @@ struct np_probe_site;
 struct np_launch;
 struct np_handle_event;
 struct np_marker_event;
+struct np_graph_event;
 
 struct np_ingest_stats {
     uint64_t launch_events; /* launch + NCCL API records received */
     uint64_t handle_events;
     uint64_t map_events;
+    uint64_t graph_events; /* capture, event and graph calls returned */
     uint64_t malformed;            /* wrong size, type or version */
     uint64_t unknown_source;       /* probe id or pid we do not know (already detached) */
     uint64_t unsymbolized;         /* launches of a process gone before its mappings were read */
@@ -111,6 +113,12 @@ struct np_ingest_ops {
                    const struct np_handle_event *h);
     /* A CUPTI correlation marker of a launch. */
     void (*marker)(struct np_ingest *in, const struct np_marker_event *m);
+    /* A capture, event or graph call returned (NULL: not followed). */
+    void (*graph)(struct np_ingest *in, struct np_ingest_proc *p, const struct np_probe_site *site,
+                  const struct np_graph_event *g);
+    /* Whether a launch goes into a graph being captured (decoded; no stack
+     * yet): such a launch is handed on even when not recording (NULL: none). */
+    bool (*captured)(struct np_ingest *in, struct np_ingest_proc *p, const struct np_launch *l);
 };
 
 struct np_ingest {

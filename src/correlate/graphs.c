@@ -1,0 +1,508 @@
+/* graphs.c - CUDA graphs followed through stream capture (see graphs.h). */
+#define _GNU_SOURCE
+#include "correlate/graphs.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attach/probes.h"
+#include "ingest/ingest.h"
+#include "ncclprobe/recording.h"
+
+#define PER_THREAD_STREAM 0x2 /* cudaStreamPerThread / CU_STREAM_PER_THREAD */
+
+struct np_capture {
+    uint64_t id;
+    uint64_t origin;     /* the stream key it began on */
+    uint64_t into_graph; /* capture to an existing graph (0: a new graph) */
+    enum np_capture_mode mode;
+    bool dropped; /* over the memory bound: its graph is not kept */
+    struct np_graph_nodes *nodes;
+};
+
+/* ---- interned stacks ------------------------------------------------------ */
+
+/* A stack outlives the process's tables while an output still holds a
+ * replay of it: `owner` is then NULL and the last reference frees it. */
+struct stack_box {
+    struct np_graph_stack s;
+    struct np_graphs *owner;
+};
+
+static size_t stack_size(const struct np_graph_stack *s) {
+    return sizeof(struct stack_box) + strlen(s->folded) + strlen(s->detailed) +
+           strlen(s->locations) + 3;
+}
+
+static struct np_graph_stack *stack_get(struct np_graphs *g, const struct np_stack_texts *t) {
+    const char *detailed = np_str_cstr(&t->detailed);
+    uint64_t h = np_hash_bytes(detailed, strlen(detailed));
+    struct np_graph_stack *head = np_map_get_u64(&g->stacks, h);
+    for (struct np_graph_stack *s = head; s; s = s->next)
+        if (strcmp(s->detailed, detailed) == 0) {
+            s->refs++;
+            return s;
+        }
+    struct stack_box *b = calloc(1, sizeof(*b));
+    if (!b)
+        return NULL;
+    b->owner = g;
+    b->s.hash = h;
+    b->s.refs = 1;
+    b->s.folded = strdup(np_str_cstr(&t->folded));
+    b->s.detailed = strdup(detailed);
+    b->s.locations = strdup(np_str_cstr(&t->locations));
+    b->s.next = head;
+    if (!b->s.folded || !b->s.detailed || !b->s.locations ||
+        np_map_put_u64(&g->stacks, h, &b->s) < 0) {
+        free(b->s.folded), free(b->s.detailed), free(b->s.locations), free(b);
+        return NULL;
+    }
+    g->stack_bytes += stack_size(&b->s);
+    return &b->s;
+}
+
+static void stack_put(struct np_graph_stack *s) {
+    if (!s || --s->refs > 0)
+        return;
+    struct stack_box *b = (struct stack_box *)s;
+    struct np_graphs *g = b->owner;
+    if (g) { /* unlink from its hash chain */
+        struct np_graph_stack *head = np_map_get_u64(&g->stacks, s->hash);
+        if (head == s) {
+            if (s->next)
+                np_map_put_u64(&g->stacks, s->hash, s->next);
+            else
+                np_map_del_u64(&g->stacks, s->hash);
+        } else {
+            for (struct np_graph_stack *p = head; p; p = p->next)
+                if (p->next == s) {
+                    p->next = s->next;
+                    break;
+                }
+        }
+        g->stack_bytes -= stack_size(s);
+    }
+    free(s->folded), free(s->detailed), free(s->locations), free(b);
+}
+
+/* ---- node lists ----------------------------------------------------------- */
+
+static struct np_graph_nodes *nodes_new(struct np_graphs *g) {
+    struct np_graph_nodes *n = calloc(1, sizeof(*n));
+    if (!n)
+        return NULL;
+    n->refs = 1;
+    n->id = ++g->next_nodes_id;
+    n->owner = g;
+    return n;
+}
+
+void np_graph_nodes_ref(struct np_graph_nodes *n) {
+    if (n)
+        n->refs++;
+}
+
+void np_graph_nodes_put(struct np_graph_nodes *n) {
+    if (!n || --n->refs > 0)
+        return;
+    for (size_t i = 0; i < n->n; i++) {
+        stack_put(n->v[i].stack);
+        free(n->v[i].kernel);
+    }
+    if (n->owner)
+        n->owner->nodes_live -= n->n;
+    free(n->v);
+    free(n);
+}
+
+size_t np_graph_node_bytes(void) {
+    return sizeof(struct np_graph_node);
+}
+
+static int nodes_push(struct np_graph_nodes *n, struct np_graph_stack *stack, const char *kernel) {
+    if (n->n == n->cap) {
+        size_t cap = n->cap ? n->cap * 2 : 16;
+        struct np_graph_node *v = realloc(n->v, cap * sizeof(*v));
+        if (!v)
+            return -ENOMEM;
+        n->v = v;
+        n->cap = cap;
+    }
+    char *k = strdup(kernel ? kernel : "");
+    if (!k)
+        return -ENOMEM;
+    n->v[n->n++] = (struct np_graph_node){.stack = stack, .kernel = k};
+    if (n->owner)
+        n->owner->nodes_live++;
+    return 0;
+}
+
+/* A new list: a's nodes then b's (capture into an existing graph). */
+static struct np_graph_nodes *nodes_concat(struct np_graphs *g, const struct np_graph_nodes *a,
+                                           const struct np_graph_nodes *b) {
+    struct np_graph_nodes *n = nodes_new(g);
+    const struct np_graph_nodes *parts[2] = {a, b};
+    for (int p = 0; n && p < 2; p++)
+        for (size_t i = 0; parts[p] && i < parts[p]->n; i++) {
+            struct np_graph_stack *s = parts[p]->v[i].stack;
+            s->refs++;
+            if (nodes_push(n, s, parts[p]->v[i].kernel) < 0) {
+                stack_put(s);
+                np_graph_nodes_put(n);
+                return NULL;
+            }
+        }
+    return n;
+}
+
+/* Replaces what `map[key]` holds (a node list), putting the old one. */
+static void set_nodes(struct np_map *map, uint64_t key, struct np_graph_nodes *n) {
+    struct np_graph_nodes *old = np_map_get_u64(map, key);
+    if (np_map_put_u64(map, key, n) < 0) {
+        np_graph_nodes_put(n);
+        return;
+    }
+    if (old != n)
+        np_graph_nodes_put(old);
+}
+
+static void drop_nodes(struct np_map *map, uint64_t key) {
+    np_graph_nodes_put(np_map_del_u64(map, key));
+}
+
+/* ---- captures ------------------------------------------------------------- */
+
+void np_graphs_init(struct np_graphs *g) {
+    memset(g, 0, sizeof(*g));
+    np_map_init(&g->captures);
+    np_map_init(&g->streams);
+    np_map_init(&g->events);
+    np_map_init(&g->graphs);
+    np_map_init(&g->execs);
+    np_map_init(&g->stacks);
+}
+
+static void capture_free(void *p) {
+    struct np_capture *c = p;
+    if (c)
+        np_graph_nodes_put(c->nodes);
+    free(c);
+}
+
+static void put_nodes_value(void *p) {
+    np_graph_nodes_put(p);
+}
+
+void np_graphs_free(struct np_graphs *g) {
+    np_map_free(&g->captures, capture_free);
+    np_map_free(&g->streams, NULL);
+    np_map_free(&g->events, NULL);
+    np_map_free(&g->graphs, put_nodes_value);
+    np_map_free(&g->execs, put_nodes_value);
+    /* Lists outputs still hold outlive us: their stacks leave the table. */
+    for (size_t i = 0; i < g->stacks.cap; i++)
+        if (g->stacks.slots[i].used)
+            for (struct np_graph_stack *s = g->stacks.slots[i].value; s; s = s->next)
+                ((struct stack_box *)s)->owner = NULL;
+    np_map_free(&g->stacks, NULL);
+}
+
+/* The key of a stream in `streams`: the per-thread default stream is one
+ * per thread (its handle value is the same in all of them). */
+static uint64_t stream_key(uint64_t stream, uint32_t tid, bool per_thread) {
+    if (stream == PER_THREAD_STREAM || (stream == 0 && per_thread))
+        return ((uint64_t)tid << 32) | PER_THREAD_STREAM;
+    return stream;
+}
+
+static bool is_per_thread_api(const struct np_probe_def *def) {
+    size_t n = strlen(def->symbol);
+    return n > 5 && strcmp(def->symbol + n - 5, "_ptsz") == 0;
+}
+
+static struct np_capture *capture_by_id(const struct np_graphs *g, uint64_t id) {
+    return id ? np_map_get_u64(&g->captures, id) : NULL;
+}
+
+uint64_t np_graphs_capture_of(const struct np_graphs *g, uint64_t stream, uint32_t tid,
+                              bool per_thread) {
+    uint64_t id = (uint64_t)(uintptr_t)np_map_get_u64(&g->streams, stream_key(stream, tid, per_thread));
+    struct np_capture *c = capture_by_id(g, id);
+    return c && !c->dropped ? id : 0;
+}
+
+static void begin(struct np_graphs *g, uint64_t key, uint64_t into_graph, int64_t mode) {
+    if (capture_by_id(g, (uint64_t)(uintptr_t)np_map_get_u64(&g->streams, key)))
+        return; /* the runtime's begin, seen again in the driver */
+    struct np_capture *c = calloc(1, sizeof(*c));
+    if (!c)
+        return;
+    c->id = ++g->next_capture_id;
+    c->origin = key;
+    c->into_graph = into_graph;
+    c->mode = mode >= 0 && mode <= NP_CAPTURE_RELAXED ? (enum np_capture_mode)mode : 0;
+    c->nodes = nodes_new(g);
+    if (!c->nodes || np_map_put_u64(&g->captures, c->id, c) < 0) {
+        capture_free(c);
+        return;
+    }
+    np_map_put_u64(&g->streams, key, (void *)(uintptr_t)c->id);
+    g->stats.captures++;
+}
+
+/* Every stream in capture id leaves it. */
+static void release_streams(struct np_graphs *g, uint64_t id) {
+    for (size_t i = 0; i < g->streams.cap; i++)
+        if (g->streams.slots[i].used && (uint64_t)(uintptr_t)g->streams.slots[i].value == id) {
+            np_map_del_u64(&g->streams, g->streams.slots[i].ikey);
+            i = (size_t)-1; /* deletion may move entries: start over (few streams) */
+        }
+}
+
+static void end(struct np_graphs *g, uint64_t key, uint64_t graph, bool ok) {
+    uint64_t id = (uint64_t)(uintptr_t)np_map_get_u64(&g->streams, key);
+    struct np_capture *c = capture_by_id(g, id);
+    if (!c || c->origin != key)
+        return; /* not capturing (the driver's end, seen again in the runtime) */
+    release_streams(g, id);
+    np_map_del_u64(&g->captures, id);
+    if (!ok || !graph || c->dropped) {
+        g->stats.captures_failed += !ok;
+        capture_free(c);
+        return;
+    }
+    struct np_graph_nodes *n = c->nodes;
+    c->nodes = NULL;
+    if (c->into_graph) { /* the graph grew: a new list, its execs keep theirs */
+        struct np_graph_nodes *joined = nodes_concat(g, np_map_get_u64(&g->graphs, graph), n);
+        np_graph_nodes_put(n);
+        n = joined;
+    }
+    if (n)
+        set_nodes(&g->graphs, graph, n);
+    capture_free(c);
+}
+
+/* An event recorded on a capturing stream forks the capture: a stream that
+ * waits on it joins. Recorded elsewhere, it forks nothing. */
+static void event_record(struct np_graphs *g, uint64_t event, uint64_t key) {
+    uint64_t id = (uint64_t)(uintptr_t)np_map_get_u64(&g->streams, key);
+    if (capture_by_id(g, id))
+        np_map_put_u64(&g->events, event, (void *)(uintptr_t)id);
+    else
+        np_map_del_u64(&g->events, event);
+}
+
+static void stream_wait(struct np_graphs *g, uint64_t key, uint64_t event) {
+    uint64_t id = (uint64_t)(uintptr_t)np_map_get_u64(&g->events, event);
+    if (!capture_by_id(g, id))
+        return;
+    if (capture_by_id(g, (uint64_t)(uintptr_t)np_map_get_u64(&g->streams, key)))
+        return; /* already in a capture (this one: a join back) */
+    np_map_put_u64(&g->streams, key, (void *)(uintptr_t)id);
+}
+
+static void instantiate(struct np_graphs *g, uint64_t exec, uint64_t graph) {
+    struct np_graph_nodes *n = np_map_get_u64(&g->graphs, graph);
+    np_graph_nodes_ref(n);
+    if (!n) { /* made before we attached, or by explicit node calls */
+        drop_nodes(&g->execs, exec);
+        np_map_put_u64(&g->execs, exec, NULL);
+        return;
+    }
+    set_nodes(&g->execs, exec, n);
+}
+
+void np_graphs_on_call(struct np_graphs *g, const struct np_probe_def *def,
+                       const struct np_graph_event *e) {
+    const uint64_t *a = e->args;
+    bool ok = e->ret == 0, pt = is_per_thread_api(def);
+    uint32_t tid = e->hdr.tid;
+    int64_t mode = def->src_arg >= 0 && def->src_arg < NP_REG_ARGS ? (int64_t)a[def->src_arg] : 0;
+    switch ((enum np_graph_op)e->op) {
+    case NP_GOP_BEGIN:
+        if (ok)
+            begin(g, stream_key(a[0], tid, pt), 0, mode);
+        break;
+    case NP_GOP_BEGIN_TO_GRAPH:
+        if (ok)
+            begin(g, stream_key(a[0], tid, pt), a[1], mode);
+        break;
+    case NP_GOP_END:
+        end(g, stream_key(a[0], tid, pt), e->out, ok);
+        break;
+    case NP_GOP_EVENT_RECORD:
+        if (ok)
+            event_record(g, a[0], stream_key(a[1], tid, pt));
+        break;
+    case NP_GOP_STREAM_WAIT:
+        if (ok)
+            stream_wait(g, stream_key(a[0], tid, pt), a[1]);
+        break;
+    case NP_GOP_INSTANTIATE:
+        if (ok && e->out) {
+            g->stats.instantiations++;
+            instantiate(g, e->out, a[1]);
+        }
+        break;
+    case NP_GOP_EXEC_UPDATE:
+        if (ok) {
+            g->stats.updates++;
+            instantiate(g, a[0], a[1]);
+        }
+        break;
+    case NP_GOP_GRAPH_DESTROY:
+        if (ok && np_map_get_u64(&g->graphs, a[0])) {
+            g->stats.graphs_destroyed++;
+            drop_nodes(&g->graphs, a[0]);
+        }
+        break;
+    case NP_GOP_EXEC_DESTROY:
+        if (ok) {
+            g->stats.execs_destroyed += np_map_get_u64(&g->execs, a[0]) != NULL;
+            drop_nodes(&g->execs, a[0]);
+        }
+        break;
+    case NP_GOP_NONE:
+        break;
+    }
+}
+
+int np_graphs_add_node(struct np_graphs *g, uint64_t capture, const char *kernel,
+                       const struct np_stack_texts *stack) {
+    struct np_capture *c = capture_by_id(g, capture);
+    if (!c || c->dropped)
+        return 0;
+    if (g->nodes_live >= NP_GRAPH_MAX_NODES || g->stack_bytes >= NP_GRAPH_MAX_STACK_BYTES) {
+        c->dropped = true; /* a graph missing nodes would be wrong: none of it is kept */
+        g->stats.captures_dropped++;
+        return -ENOMEM;
+    }
+    struct np_graph_stack *s = stack_get(g, stack);
+    if (!s || nodes_push(c->nodes, s, kernel) < 0) {
+        stack_put(s);
+        c->dropped = true;
+        g->stats.captures_dropped++;
+        return -ENOMEM;
+    }
+    g->stats.captured_launches++;
+    return 0;
+}
+
+struct np_graph_nodes *np_graphs_replay(struct np_graphs *g, uint64_t exec, const char **why) {
+    g->stats.replays++;
+    struct np_graph_nodes *n = np_map_get_u64(&g->execs, exec);
+    if (n && n->n) {
+        g->stats.replays_expanded++;
+        g->stats.replayed_kernels += n->n;
+        np_graph_nodes_ref(n);
+        return n;
+    }
+    g->stats.replays_unknown++;
+    bool seen = false;
+    for (size_t i = 0; !seen && i < g->execs.cap; i++)
+        seen = g->execs.slots[i].used && g->execs.slots[i].ikey == exec;
+    *why = n ? "its graph has no captured kernel"
+           : seen ? "its graph was not captured while traced (or was built node by node)"
+                  : "the graph was instantiated before ncclprobe attached";
+    return NULL;
+}
+
+/* ---- composing a replayed node's stack ------------------------------------ */
+
+/* Frames of a ';'-joined text: the offset where frame i starts. */
+static size_t frame_count(const char *s) {
+    if (!*s)
+        return 0;
+    size_t n = 1;
+    for (; *s; s++)
+        n += *s == NP_FRAME_SEPARATOR;
+    return n;
+}
+
+/* Frames `a` and `b` share from the root. */
+static size_t common_frames(const char *a, const char *b) {
+    size_t n = 0;
+    for (;;) {
+        size_t la = strcspn(a, ";"), lb = strcspn(b, ";");
+        if (la != lb || memcmp(a, b, la) != 0 || (!a[la] && !b[lb] && la == 0))
+            return n;
+        n++;
+        if (!a[la] || !b[lb])
+            return n;
+        a += la + 1, b += lb + 1;
+    }
+}
+
+/* The text after the first `skip` frames ("" when none is left). */
+static const char *after_frames(const char *s, size_t skip) {
+    for (; skip && *s; skip--) {
+        s += strcspn(s, ";");
+        if (*s)
+            s++;
+    }
+    return s;
+}
+
+/* The same for a locations list: JSON objects joined by ',' (a string may
+ * hold a brace or a comma). */
+static const char *after_locations(const char *s, size_t skip) {
+    int depth = 0;
+    bool in_string = false;
+    for (; skip && *s; s++) {
+        char ch = *s;
+        if (in_string) {
+            if (ch == '\\' && s[1])
+                s++;
+            else if (ch == '"')
+                in_string = false;
+        } else if (ch == '"') {
+            in_string = true;
+        } else if (ch == '{') {
+            depth++;
+        } else if (ch == '}' && --depth == 0) {
+            skip--;
+            if (s[1] == ',')
+                s++;
+        }
+    }
+    return s;
+}
+
+static void join(struct np_str *out, const char *a, const char *mark, const char *b) {
+    np_str_append(out, a);
+    if (*a)
+        np_str_append(out, ";");
+    np_str_append(out, mark);
+    if (*b) {
+        np_str_append(out, ";");
+        np_str_append(out, b);
+    }
+}
+
+void np_graph_compose(const struct np_stack_texts *replay, const struct np_graph_node *node,
+                      struct np_stack_texts *out) {
+    const char *rf = np_str_cstr(&replay->folded), *rd = np_str_cstr(&replay->detailed);
+    const struct np_graph_stack *c = node->stack;
+    size_t shared_f = common_frames(rf, c->folded), shared_d = common_frames(rd, c->detailed);
+    /* the capture is never cut to nothing: its launch frame at least */
+    if (shared_f >= frame_count(c->folded) && shared_f)
+        shared_f--;
+    if (shared_d >= frame_count(c->detailed) && shared_d)
+        shared_d--;
+    np_str_reset(&out->folded);
+    np_str_reset(&out->detailed);
+    np_str_reset(&out->locations);
+    join(&out->folded, rf, NP_FRAME_GRAPH_CAPTURE, after_frames(c->folded, shared_f));
+    join(&out->detailed, rd, NP_FRAME_GRAPH_CAPTURE, after_frames(c->detailed, shared_d));
+    const char *rl = np_str_cstr(&replay->locations);
+    np_str_append(&out->locations, rl);
+    np_ingest_append_location(&out->locations);
+    const char *cl = after_locations(c->locations, shared_d);
+    if (*cl) {
+        np_str_append(&out->locations, ",");
+        np_str_append(&out->locations, cl);
+    }
+}
