@@ -246,11 +246,14 @@ $(BUILD)/join_bench: bench/join_bench.c src/correlate/gpu.c src/lib/hashmap.c $(
 $(BUILD)/marker_loop: bench/marker_loop.c
 	$(CC) $(CFLAGS) $(WARN) -o $@ $< -ldl
 
+$(BUILD)/graph_loop: bench/graph_loop.c
+	$(CC) $(CFLAGS) $(WARN) -o $@ $< -ldl
+
 $(BUILD)/nccl_loop: bench/nccl_loop.c
 	$(CC) $(CFLAGS) $(WARN) -o $@ $< -ldl
 
 bench: $(BUILD)/ncclprobe $(BUILD)/progs/.built $(BUILD)/unwind_bench $(BUILD)/join_bench \
-		$(BUILD)/marker_loop $(BUILD)/nccl_loop $(CUPTI_LIB)
+		$(BUILD)/marker_loop $(BUILD)/nccl_loop $(BUILD)/graph_loop $(CUPTI_LIB)
 	bench/run.sh $(BUILD)
 	bench/unwind.sh $(BUILD)
 	bench/gpu.sh $(BUILD)
@@ -258,6 +261,7 @@ bench: $(BUILD)/ncclprobe $(BUILD)/progs/.built $(BUILD)/unwind_bench $(BUILD)/j
 	bench/daemon.sh $(BUILD)
 	bench/merge.sh $(BUILD)
 	$(PYTHON) bench/inject.py --build $(BUILD)
+	$(PYTHON) bench/graphs.py --build $(BUILD)
 
 FORMATTED := $(BPF_SRC) bpf/discover.bpf.c $(SRCS) $(STUB_C) $(HEADERS) $(CUPTI_SRCS) tests/unit/*.[ch] $(wildcard tests/progs/*.[ch] \
 	tests/progs/*.cc tools/demo/*.[ch] tools/demo/standin/*.[ch] bench/*.c)

@@ -17,6 +17,7 @@
 #define NP_REC_MERGED_FOLDED "merged.folded"               /* stacks with GPU leaves, counted */
 #define NP_REC_MERGED_GPU_NS_FOLDED "merged.gpu_ns.folded" /* ... weighted by GPU ns */
 #define NP_REC_GPU_UNMATCHED_JSONL "gpu_unmatched.jsonl"   /* GPU records no launch claimed */
+#define NP_REC_GRAPH_REPLAYS_JSONL "graph_replays.jsonl"   /* replayed kernels by capture site */
 #define NP_REC_SUMMARY_JSON "summary.json"                 /* a recording's totals */
 #define NP_REC_WINDOW_JSON "window.json"                   /* a daemon output set's window */
 /* Derived outputs (`ncclprobe convert`, --format). */
@@ -49,6 +50,7 @@
 #define NP_FRAME_PY_CODE_PREFIX "[python code 0x"    /* a code object that was gone: "...0x7f..]" */
 #define NP_FRAME_INLINED_SUFFIX " [inlined]" /* "f [inlined]": inlined into the frame before */
 #define NP_FRAME_SEPARATOR ';'               /* between the frames of a folded stack */
+#define NP_FRAME_GRAPH_CAPTURE "[graph capture]" /* replay stack;API;[graph capture];capture */
 
 /* Kernel names made up where none is known (the text after NP_LEAF_KERNEL). */
 #define NP_KERNEL_GRAPH_PREFIX "<graph "       /* "<graph cudaGraphLaunch>" */
@@ -68,6 +70,13 @@
 #define NP_KEY_KERNEL "kernel"
 #define NP_KEY_STACK_ID "stack_id"
 #define NP_KEY_NESTED "nested"
+#define NP_KEY_CAPTURED "captured"         /* a launch into a graph being captured: ran nothing */
+#define NP_KEY_GRAPH_NODES "graph_nodes"   /* a graph launch: the kernels its replay counted */
+#define NP_KEY_GRAPH_UNKNOWN "graph_unknown" /* ... or why its kernels are not known */
+/* graph_replays.jsonl: {pid, stack_id (replay;API;[graph capture];capture), replay_stack_id,
+ * kernel, count} */
+#define NP_KEY_REPLAY_STACK_ID "replay_stack_id"
+#define NP_KEY_COUNT "count"
 #define NP_KEY_GPU "gpu" /* the launch's GPU records */
 #define NP_KEY_GPU_STATUS "gpu_status"
 #define NP_GPU_STATUS_MATCHED "matched"

@@ -5,13 +5,13 @@
 #include <string.h>
 
 #define LAUNCH(sym, fam, layout)                                                                   \
-    { sym, sym, fam, NP_ROLE_LAUNCH, layout, -1, 0, 0, 0, 0 }
+    { sym, sym, fam, NP_ROLE_LAUNCH, layout, -1, 0, 0, 0, 0, 0 }
 #define LAUNCH_CFG(sym, fam, layout)                                                               \
-    { sym, sym, fam, NP_ROLE_LAUNCH, layout, 0, 40, 0, 0, 0 }
+    { sym, sym, fam, NP_ROLE_LAUNCH, layout, 0, 40, 0, 0, 0, 0 }
 #define NCCL_API(sym, api, layout)                                                                 \
-    { sym, api, NP_FAMILY_NCCL, NP_ROLE_API, layout, -1, 0, 0, 0, 0 }
+    { sym, api, NP_FAMILY_NCCL, NP_ROLE_API, layout, -1, 0, 0, 0, 0, 0 }
 #define HANDLE(sym, fam, out, src, kind)                                                           \
-    { sym, sym, fam, NP_ROLE_HANDLE_ENTRY, NP_LAYOUT_HANDLE, -1, 0, out, src, kind }
+    { sym, sym, fam, NP_ROLE_HANDLE_ENTRY, NP_LAYOUT_HANDLE, -1, 0, out, src, kind, 0 }
 /* A capture, event or graph call: op, the out argument (-1: none), the
  * argument holding the capture mode (-1: none, global) */
 #define GRAPH(sym, fam, op, out, mode)                                                             \
@@ -42,14 +42,14 @@ static const struct np_probe_def defs[] = {
     LAUNCH("cuGraphLaunch_ptsz", NP_FAMILY_DRIVER, NP_LAYOUT_GRAPH),
     /* NCCL: the single kernel-launch funnel (a local .symtab symbol) and the API */
     {"_Z16ncclLaunchKernelP8ncclCommP14ncclKernelPlan", "ncclLaunchKernel", NP_FAMILY_NCCL,
-     NP_ROLE_LAUNCH, NP_LAYOUT_NCCL_LAUNCH, -1, 0, 0, 0, 0},
+     NP_ROLE_LAUNCH, NP_LAYOUT_NCCL_LAUNCH, -1, 0, 0, 0, 0, 0},
     /* copy-engine collectives (2.28+) bypass ncclLaunchKernel: same arguments */
     {"_Z16ncclLaunchCeCollP8ncclCommP14ncclKernelPlan", "ncclLaunchCeColl", NP_FAMILY_NCCL,
-     NP_ROLE_LAUNCH, NP_LAYOUT_NCCL_LAUNCH, -1, 0, 0, 0, 0},
+     NP_ROLE_LAUNCH, NP_LAYOUT_NCCL_LAUNCH, -1, 0, 0, 0, 0, 0},
     /* and so do RMA plans (2.29+: PutSignal, Signal, WaitSignal), through the
      * proxy or the copy engines, without a kernel */
     {"_Z13ncclLaunchRmaP8ncclCommP14ncclKernelPlan", "ncclLaunchRma", NP_FAMILY_NCCL,
-     NP_ROLE_LAUNCH, NP_LAYOUT_NCCL_LAUNCH, -1, 0, 0, 0, 0},
+     NP_ROLE_LAUNCH, NP_LAYOUT_NCCL_LAUNCH, -1, 0, 0, 0, 0, 0},
     NCCL_API("ncclAllReduce", "AllReduce", NP_LAYOUT_NCCL_REDUCE_OP),
     NCCL_API("ncclReduceScatter", "ReduceScatter", NP_LAYOUT_NCCL_REDUCE_OP),
     NCCL_API("ncclReduce", "Reduce", NP_LAYOUT_NCCL_REDUCE_ROOT),
@@ -125,15 +125,15 @@ static const struct np_probe_def defs[] = {
     DRV_GRAPH("cuGraphDestroy", NP_GOP_GRAPH_DESTROY, -1, -1),
     DRV_GRAPH("cuGraphExecDestroy", NP_GOP_EXEC_DESTROY, -1, -1),
     /* glibc's r_brk: dlopen mapped new objects (libraries loaded late) */
-    {"_dl_debug_state", "dlopen", NP_FAMILY_LOADER, NP_ROLE_LOADER, NP_LAYOUT_NONE, -1, 0, 0, 0, 0},
+    {"_dl_debug_state", "dlopen", NP_FAMILY_LOADER, NP_ROLE_LOADER, NP_LAYOUT_NONE, -1, 0, 0, 0, 0, 0},
     /* CPython is about to free its modules (and their code objects): a
      * process ncclprobe started waits there, like at a load, until every
      * launch before it is read - Python frames name live code objects */
     {"Py_FinalizeEx", "python-finalize", NP_FAMILY_LOADER, NP_ROLE_LOADER, NP_LAYOUT_NONE, -1, 0, 0,
-     0, 0},
+     0, 0, 0},
     /* libncclprobe_cupti.so names each launch's CUPTI correlation id here */
     {"ncclprobe_cupti_marker", "cupti-marker", NP_FAMILY_CUPTI, NP_ROLE_MARKER, NP_LAYOUT_NONE, -1,
-     0, 0, 0, 0},
+     0, 0, 0, 0, 0},
 };
 
 const struct np_probe_def *np_probe_defs(size_t *count) {

@@ -89,6 +89,10 @@ static void stack_put(struct np_graph_stack *s) {
 
 /* ---- node lists ----------------------------------------------------------- */
 
+static size_t node_size(const char *kernel) {
+    return sizeof(struct np_graph_node) + strlen(kernel) + 1;
+}
+
 static struct np_graph_nodes *nodes_new(struct np_graphs *g) {
     struct np_graph_nodes *n = calloc(1, sizeof(*n));
     if (!n)
@@ -96,6 +100,10 @@ static struct np_graph_nodes *nodes_new(struct np_graphs *g) {
     n->refs = 1;
     n->id = ++g->next_nodes_id;
     n->owner = g;
+    if (np_map_put_u64(&g->lists, n->id, n) < 0) {
+        free(n);
+        return NULL;
+    }
     return n;
 }
 
@@ -108,18 +116,19 @@ void np_graph_nodes_put(struct np_graph_nodes *n) {
     if (!n || --n->refs > 0)
         return;
     for (size_t i = 0; i < n->n; i++) {
+        if (n->owner)
+            n->owner->node_bytes -= node_size(n->v[i].kernel);
         stack_put(n->v[i].stack);
         free(n->v[i].kernel);
     }
-    if (n->owner)
+    if (n->owner) {
         n->owner->nodes_live -= n->n;
+        np_map_del_u64(&n->owner->lists, n->id);
+    }
     free(n->v);
     free(n);
 }
 
-size_t np_graph_node_bytes(void) {
-    return sizeof(struct np_graph_node);
-}
 
 static int nodes_push(struct np_graph_nodes *n, struct np_graph_stack *stack, const char *kernel) {
     if (n->n == n->cap) {
@@ -134,8 +143,10 @@ static int nodes_push(struct np_graph_nodes *n, struct np_graph_stack *stack, co
     if (!k)
         return -ENOMEM;
     n->v[n->n++] = (struct np_graph_node){.stack = stack, .kernel = k};
-    if (n->owner)
+    if (n->owner) {
         n->owner->nodes_live++;
+        n->owner->node_bytes += node_size(k);
+    }
     return 0;
 }
 
@@ -182,6 +193,7 @@ void np_graphs_init(struct np_graphs *g) {
     np_map_init(&g->graphs);
     np_map_init(&g->execs);
     np_map_init(&g->stacks);
+    np_map_init(&g->lists);
 }
 
 static void capture_free(void *p) {
@@ -201,7 +213,11 @@ void np_graphs_free(struct np_graphs *g) {
     np_map_free(&g->events, NULL);
     np_map_free(&g->graphs, put_nodes_value);
     np_map_free(&g->execs, put_nodes_value);
-    /* Lists outputs still hold outlive us: their stacks leave the table. */
+    /* Lists outputs still hold outlive us, and so do their stacks. */
+    for (size_t i = 0; i < g->lists.cap; i++)
+        if (g->lists.slots[i].used)
+            ((struct np_graph_nodes *)g->lists.slots[i].value)->owner = NULL;
+    np_map_free(&g->lists, NULL);
     for (size_t i = 0; i < g->stacks.cap; i++)
         if (g->stacks.slots[i].used)
             for (struct np_graph_stack *s = g->stacks.slots[i].value; s; s = s->next)
@@ -227,8 +243,11 @@ static struct np_capture *capture_by_id(const struct np_graphs *g, uint64_t id) 
 }
 
 uint64_t np_graphs_capture_of(const struct np_graphs *g, uint64_t stream, uint32_t tid,
-                              bool per_thread) {
-    uint64_t id = (uint64_t)(uintptr_t)np_map_get_u64(&g->streams, stream_key(stream, tid, per_thread));
+                              const struct np_probe_def *def) {
+    if (!g->streams.count)
+        return 0;
+    uint64_t key = stream_key(stream, tid, is_per_thread_api(def));
+    uint64_t id = (uint64_t)(uintptr_t)np_map_get_u64(&g->streams, key);
     struct np_capture *c = capture_by_id(g, id);
     return c && !c->dropped ? id : 0;
 }
@@ -317,7 +336,7 @@ static void instantiate(struct np_graphs *g, uint64_t exec, uint64_t graph) {
 
 void np_graphs_on_call(struct np_graphs *g, const struct np_probe_def *def,
                        const struct np_graph_event *e) {
-    const uint64_t *a = e->args;
+    const __u64 *a = e->args;
     bool ok = e->ret == 0, pt = is_per_thread_api(def);
     uint32_t tid = e->hdr.tid;
     int64_t mode = def->src_arg >= 0 && def->src_arg < NP_REG_ARGS ? (int64_t)a[def->src_arg] : 0;

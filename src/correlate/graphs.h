@@ -80,8 +80,10 @@ struct np_graphs {
     struct np_map graphs;   /* CUgraph -> struct np_graph_nodes * */
     struct np_map execs;    /* CUgraphExec -> struct np_graph_nodes * (NULL: capture unseen) */
     struct np_map stacks;   /* hash of detailed text -> struct np_graph_stack * chain */
+    struct np_map lists;    /* id -> every struct np_graph_nodes alive (outputs hold some) */
     uint64_t next_capture_id, next_nodes_id;
-    uint64_t nodes_live, stack_bytes;
+    uint64_t nodes_live, node_bytes; /* nodes held, and what they take (not their stacks) */
+    uint64_t stack_bytes;            /* interned capture stacks */
     struct np_graph_stats stats;
 };
 
@@ -92,10 +94,10 @@ void np_graphs_free(struct np_graphs *g);
 void np_graphs_on_call(struct np_graphs *g, const struct np_probe_def *def,
                        const struct np_graph_event *e);
 
-/* The capture a launch on this stream goes into (0: none). per_thread: the
- * launch API is a _ptsz one (stream 0 is then the thread's own stream). */
+/* The capture a launch of `def` on this stream by thread tid goes into (0:
+ * none). For a _ptsz API, stream 0 is the thread's own stream. */
 uint64_t np_graphs_capture_of(const struct np_graphs *g, uint64_t stream, uint32_t tid,
-                              bool per_thread);
+                              const struct np_probe_def *def);
 
 /* Adds a captured launch to capture `capture`; 0, or -ENOMEM (also: over
  * the bound - the capture is then dropped, and counted). */
@@ -117,7 +119,5 @@ void np_graph_nodes_put(struct np_graph_nodes *n);
 void np_graph_compose(const struct np_stack_texts *replay, const struct np_graph_node *node,
                       struct np_stack_texts *out);
 
-/* Bytes a node costs (its share of the list, not its interned stack). */
-size_t np_graph_node_bytes(void);
 
 #endif

@@ -310,6 +310,10 @@ static int parse_launch(struct np_rec_lines *it, const cJSON *obj, void *out) {
     l->json = obj;
     if (np_json_bool(obj, NP_KEY_NESTED, &l->nested) == -EINVAL)
         return np_rec_lines_error(it, "\"" NP_KEY_NESTED "\" is not true or false");
+    if (np_json_bool(obj, NP_KEY_CAPTURED, &l->captured) == -EINVAL)
+        return np_rec_lines_error(it, "\"" NP_KEY_CAPTURED "\" is not true or false");
+    if (opt_u64(it, obj, "", NP_KEY_GRAPH_NODES, &l->graph_nodes) < 0)
+        return -EINVAL;
     int err = when_where(it, obj, &l->ts_ns, &l->pid, &l->tid);
     if (!err)
         err = launch_strings(it, obj, l);
@@ -322,6 +326,26 @@ static int parse_launch(struct np_rec_lines *it, const cJSON *obj, void *out) {
 
 int np_rec_next_launch(struct np_rec_lines *it, struct np_rec_launch *out) {
     return next_line(it, parse_launch, out);
+}
+
+/* ---- graph_replays.jsonl -------------------------------------------------------------- */
+
+static int parse_graph_replay(struct np_rec_lines *it, const cJSON *obj, void *out) {
+    struct np_rec_graph_replay *r = out;
+    memset(r, 0, sizeof(*r));
+    r->line = it->r.line;
+    int err = need_u32(it, obj, NP_KEY_PID, &r->pid);
+    if (!err)
+        err = need_u64(it, obj, "", NP_KEY_STACK_ID, UINT64_MAX, &r->stack_id);
+    if (!err)
+        err = need_u64(it, obj, "", NP_KEY_REPLAY_STACK_ID, UINT64_MAX, &r->replay_stack_id);
+    if (!err)
+        err = need_u64(it, obj, "", NP_KEY_COUNT, UINT64_MAX, &r->count);
+    return err ? err : need_str(it, obj, "", NP_KEY_KERNEL, &r->kernel);
+}
+
+int np_rec_next_graph_replay(struct np_rec_lines *it, struct np_rec_graph_replay *out) {
+    return next_line(it, parse_graph_replay, out);
 }
 
 /* ---- nccl.jsonl ------------------------------------------------------------------------- */

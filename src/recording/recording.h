@@ -114,7 +114,18 @@ struct np_rec_launch {
     const char *const *ops; /* the "op" of each planned op that has one */
     uint32_t nops;
     const char *comm_hash; /* nccl.comm_hash, or NULL */
+    bool captured;         /* into a graph being captured: it ran nothing */
+    uint64_t graph_nodes;  /* a graph launch whose kernels graph_replays.jsonl counts */
     const cJSON *json;     /* the line as written */
+};
+
+/* A line of graph_replays.jsonl: a captured kernel, counted `count` times
+ * by the replays of its graph from one replay stack. */
+struct np_rec_graph_replay {
+    long line;
+    uint32_t pid;
+    uint64_t stack_id, replay_stack_id, count;
+    const char *kernel;
 };
 
 /* A line of nccl.jsonl. */
@@ -150,6 +161,7 @@ const char *np_rec_lines_path(const struct np_rec_lines *it);
 int np_rec_next_launch(struct np_rec_lines *it, struct np_rec_launch *out);
 int np_rec_next_gpu(struct np_rec_lines *it, struct np_rec_gpu *out);
 int np_rec_next_nccl_call(struct np_rec_lines *it, struct np_rec_nccl_call *out);
+int np_rec_next_graph_replay(struct np_rec_lines *it, struct np_rec_graph_replay *out);
 
 /* The next line of stacks.jsonl, its arrays malloc'd for the caller (what
  * np_recording_stacks() keeps). */

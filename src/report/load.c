@@ -100,7 +100,7 @@ static int read_launches(struct np_rep_input *in, struct np_rec_lines *it) {
     struct np_rec_launch l;
     int err;
     while ((err = np_rec_next_launch(it, &l)) > 0) {
-        if (!l.nested && (err = keep_launch(in, it, &l)) < 0)
+        if (!l.nested && !l.captured && (err = keep_launch(in, it, &l)) < 0)
             return err;
     }
     return err;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "correlate/gpu.h"
+#include "correlate/graphs.h"
 #include "correlate/kernels.h"
 #include "correlate/launch.h"
 #include "ingest/launch.h"
@@ -79,12 +80,43 @@ static void write_launch(struct np_session *s, struct np_target *t, struct np_ou
     }
 }
 
+/* The capture an outermost kernel launch goes into (0: none). */
+static uint64_t capture_of(struct np_target *t, const struct np_launch *l) {
+    if (l->is_nccl_op || l->nested || np_probe_is_graph(l->def))
+        return 0;
+    return np_graphs_capture_of(&t->graphs, l->stream, l->ev->hdr.tid, l->def);
+}
+
+/* A graph launch: each kernel its exec's capture made is counted once per
+ * replay, under the line that captured it - unless GPU records will come
+ * for it (they are joined per kernel), or its capture was not seen. */
+static void write_graph_launch(struct np_session *s, struct np_target *t, struct np_output *out,
+                               const struct np_launch *l, const struct np_stack_texts *stack,
+                               const char *kernel) {
+    const char *why = NULL;
+    struct np_graph_nodes *nodes = np_graphs_replay(&t->graphs, l->func, &why);
+    bool held = s->gpu_join && (t->proc.gpu_marker || (t->agent.requested && !t->agent.done)) &&
+                !t->gpu_off;
+    if (held)
+        write_launch(s, t, out, l, stack, kernel);
+    else if (nodes)
+        np_output_graph_replay(out, l, stack, kernel, nodes);
+    else
+        np_output_graph_unknown(out, l, stack, kernel, why);
+    if (!nodes && why && !t->graphs_unknown_said++)
+        np_info("pid %d (%s): a graph launch whose capture was not seen (%s): its kernels show "
+                "as one launch (summary.json targets[].graphs counts them)",
+                t->proc.pid, t->comm, why);
+    np_graph_nodes_put(nodes);
+}
+
 static void on_launch(struct np_ingest *in, struct np_ingest_proc *p, const struct np_launch *l,
                       struct np_stack_texts *stack) {
     struct np_session *s = session_of(in);
     struct np_target *t = np_target_of_ingest(p);
     struct np_output *out = np_session_output_for(s, t);
-    if (!out)
+    uint64_t capture = capture_of(t, l);
+    if (!out && !capture)
         return;
     if (l->is_nccl_op) {
         if (l->nccl_internal)
@@ -98,11 +130,24 @@ static void on_launch(struct np_ingest *in, struct np_ingest_proc *p, const stru
     const char *kernel = np_launch_kernel_name(t->kernels, p->sym, l, stack, buf, sizeof(buf));
     if (l->def->layout == NP_LAYOUT_NCCL_LAUNCH)
         np_launch_add_nccl_kernel(&s->nccl_comms, l, kernel, stack);
+    if (capture) { /* ran nothing: a node of the graph being captured */
+        int err = np_graphs_add_node(&t->graphs, capture, kernel, stack);
+        if (err && !t->graphs_bound_said++)
+            np_warn("pid %d: a graph capture is not kept (over %u nodes or %llu MiB of "
+                         "capture stacks): its replays show as one launch",
+                         t->proc.pid, NP_GRAPH_MAX_NODES, NP_GRAPH_MAX_STACK_BYTES >> 20);
+        if (out)
+            np_output_captured(out, l, stack, kernel);
+        return;
+    }
     if (l->nested)
         t->nested++;
     else
         t->launches++;
-    write_launch(s, t, out, l, stack, kernel);
+    if (np_probe_is_graph(l->def) && !l->nested)
+        write_graph_launch(s, t, out, l, stack, kernel);
+    else
+        write_launch(s, t, out, l, stack, kernel);
 }
 
 static void on_handle(struct np_ingest *in, struct np_ingest_proc *p,
@@ -121,6 +166,17 @@ static void on_marker(struct np_ingest *in, const struct np_marker_event *m) {
                            m->hdr.ts_ns);
 }
 
+static void on_graph(struct np_ingest *in, struct np_ingest_proc *p,
+                     const struct np_probe_site *site, const struct np_graph_event *g) {
+    (void)in;
+    np_graphs_on_call(&np_target_of_ingest(p)->graphs, site->def, g);
+}
+
+static bool captured(struct np_ingest *in, struct np_ingest_proc *p, const struct np_launch *l) {
+    (void)in;
+    return capture_of(np_target_of_ingest(p), l) != 0;
+}
+
 static const struct np_ingest_ops ingest_ops = {
     .find = find_proc,
     .recording = recording,
@@ -128,6 +184,8 @@ static const struct np_ingest_ops ingest_ops = {
     .launch = on_launch,
     .handle = on_handle,
     .marker = on_marker,
+    .graph = on_graph,
+    .captured = captured,
 };
 
 void np_session_setup_ingest(struct np_session *s) {

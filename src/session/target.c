@@ -50,6 +50,8 @@ void np_target_refresh_identity(struct np_target *t) {
 
 int np_target_new(pid_t pid, struct np_target **out) {
     struct np_target *t = calloc(1, sizeof(*t));
+    if (t)
+        np_graphs_init(&t->graphs);
     if (!t)
         return -ENOMEM;
     np_process_init(&t->proc, pid);
@@ -80,6 +82,7 @@ void np_target_free(struct np_target *t) {
     np_symbolizer_free(t->in.sym);
     np_pycode_free(t->in.pycode);
     np_kernel_names_free(t->kernels);
+    np_graphs_free(&t->graphs);
     if (t->pidfd >= 0)
         close(t->pidfd);
     free(t->exe);

@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include "attach/process.h"
+#include "correlate/graphs.h"
 #include "ingest/ingest.h"
 #include "lib/util.h"
 #include "ncclprobe/events.h"
@@ -44,6 +45,9 @@ struct np_target {
     bool gpu_cupti_known;           /* gpu_cupti came */
     struct np_wire_cupti gpu_cupti; /* the CUPTI its library uses (NP_WIRE_CUPTI) */
     struct np_agent_state agent;    /* how the library came, or why it did not */
+    struct np_graphs graphs;        /* its stream captures, graphs and execs */
+    unsigned graphs_bound_said;     /* a capture over the memory bound was warned about */
+    unsigned graphs_unknown_said;   /* a replay of an unseen capture was said */
 };
 
 /* Reads comm and exe of a live pid and opens its pidfd; -ESRCH if it does

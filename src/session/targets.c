@@ -239,6 +239,28 @@ static void cupti_json(const struct np_target *t, cJSON *g) {
     cupti_library_json(t, g);
 }
 
+/* What stream capture made in the process, and what its replays counted. */
+static void graphs_json(const struct np_target *t, cJSON *g) {
+    const struct np_graph_stats *st = &t->graphs.stats;
+    np_json_add_u64(g, "captures", st->captures);
+    np_json_add_u64(g, "captures_failed", st->captures_failed);
+    np_json_add_u64(g, "captures_not_kept", st->captures_dropped);
+    np_json_add_u64(g, "captured_launches", st->captured_launches);
+    np_json_add_u64(g, "instantiations", st->instantiations);
+    np_json_add_u64(g, "exec_updates", st->updates);
+    np_json_add_u64(g, "graphs_destroyed", st->graphs_destroyed);
+    np_json_add_u64(g, "execs_destroyed", st->execs_destroyed);
+    np_json_add_u64(g, "graph_launches", st->replays);
+    np_json_add_u64(g, "graph_launches_attributed", st->replays_expanded);
+    np_json_add_u64(g, "graph_launches_capture_unseen", st->replays_unknown);
+    np_json_add_u64(g, "replayed_kernels", st->replayed_kernels);
+    np_json_add_u64(g, "graphs_live", t->graphs.graphs.count);
+    np_json_add_u64(g, "execs_live", t->graphs.execs.count);
+    np_json_add_u64(g, "nodes_live", t->graphs.nodes_live);
+    np_json_add_u64(g, "node_bytes", t->graphs.node_bytes);
+    np_json_add_u64(g, "capture_stack_bytes", t->graphs.stack_bytes);
+}
+
 /* summary.json's targets[] entry of a process: identity, counts, its
  * CPython runtime, its CUPTI library's state and its probed libraries. */
 cJSON *np_target_json(const struct np_target *t) {
@@ -273,6 +295,8 @@ cJSON *np_target_json(const struct np_target *t) {
     }
     if (t->proc.gpu_marker || t->agent.requested)
         cupti_json(t, cJSON_AddObjectToObject(o, "cupti"));
+    if (t->graphs.stats.captures || t->graphs.stats.replays)
+        graphs_json(t, cJSON_AddObjectToObject(o, "graphs"));
     cJSON *libs = cJSON_AddArrayToObject(o, "libraries");
     for (size_t i = 0; i < t->proc.nlibs; i++) {
         const struct np_library *l = &t->proc.libs[i];

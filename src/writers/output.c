@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "attach/nccl_names.h"
+#include "correlate/graphs.h"
 #include "ingest/ingest.h"
 #include "lib/json.h"
 #include "lib/recfile.h"
@@ -51,6 +52,7 @@ struct np_output {
     struct np_map merged_counts; /* "stack_id;leaf" -> (uintptr_t) count (merged.folded) */
     struct np_map merged_ns;     /* "stack_id;leaf" -> (uintptr_t) GPU ns (merged.gpu_ns) */
     struct np_map stack_ids;     /* stack -> (uintptr_t) id */
+    struct np_map replays;       /* "nodes id:stack id" -> struct replay_batch * */
     char **stacks;               /* stacks[id - 1]: the folded stack of an id */
     uint64_t next_stack_id;
     struct np_output_totals totals;
@@ -185,6 +187,7 @@ int np_output_open_flags(const char *dir, unsigned flags, struct np_output **out
     np_map_init(&o->merged_counts);
     np_map_init(&o->merged_ns);
     np_map_init(&o->stack_ids);
+    np_map_init(&o->replays);
     np_str_init(&o->line);
     np_str_init(&o->ext);
     o->next_stack_id = 1;
@@ -437,6 +440,31 @@ static void count_launch(struct np_output *o, uint64_t sid, const char *ext_pref
     write_line(o, EXT_FOLDED, line);
 }
 
+/* launches.jsonl's line of a launch written now; extra: more members. */
+static void write_launch_json(struct np_output *o, const struct np_launch *l, const char *kernel,
+                              uint64_t sid, const char *extra) {
+    struct np_str *s = &o->line;
+    render_launch_json(s, l, kernel, sid);
+    np_str_append(s, extra);
+    np_str_append(s, "}\n");
+    write_line(o, LAUNCHES_JSONL, s);
+}
+
+/* Its stacks.ext.folded line, and its counts under `kernel` (the CPU
+ * side's name: no GPU records will come). */
+static void count_written_launch(struct np_output *o, const struct np_launch *l, uint64_t sid,
+                                 const char *kernel) {
+    struct np_str prefix;
+    np_str_init(&prefix);
+    render_ext_prefix(&prefix, l);
+    count_launch(o, sid, np_str_cstr(&prefix), kernel);
+    np_str_free(&prefix);
+    char leaf[1024], merged_leaf[1100];
+    np_sanitize_frame(leaf, sizeof(leaf), kernel, false);
+    snprintf(merged_leaf, sizeof(merged_leaf), NP_LEAF_KERNEL "%s", leaf);
+    add_merged(o, sid, merged_leaf, 0, false);
+}
+
 uint64_t np_output_launch(struct np_output *o, const struct np_launch *l,
                           const struct np_stack_texts *texts, const char *kernel,
                           struct np_output_held *held) {
@@ -446,25 +474,177 @@ uint64_t np_output_launch(struct np_output *o, const struct np_launch *l,
         render_ext_prefix(&held->ext, l);
         return sid;
     }
-    struct np_str *s = &o->line;
-    render_launch_json(s, l, kernel, sid);
-    np_str_append(s, "}\n");
-    write_line(o, LAUNCHES_JSONL, s);
+    write_launch_json(o, l, kernel, sid, "");
     if (l->nested) {
         o->totals.nested++;
         return sid;
     }
-    struct np_str prefix;
-    np_str_init(&prefix);
-    render_ext_prefix(&prefix, l);
-    count_launch(o, sid, np_str_cstr(&prefix), kernel);
-    np_str_free(&prefix);
-    /* no GPU records will come: the CPU side's kernel */
-    char leaf[1024], merged_leaf[1100];
-    np_sanitize_frame(leaf, sizeof(leaf), kernel, false);
-    snprintf(merged_leaf, sizeof(merged_leaf), NP_LEAF_KERNEL "%s", leaf);
-    add_merged(o, sid, merged_leaf, 0, false);
+    count_written_launch(o, l, sid, kernel);
     return sid;
+}
+
+/* ---- CUDA graphs ------------------------------------------------------------ */
+
+/* Replays of one node list from one stack, counted until the output
+ * finishes; then each node is counted `count` times (expand_replays). */
+struct replay_batch {
+    uint32_t pid;
+    uint64_t replay_sid;
+    struct np_graph_nodes *nodes;
+    struct np_stack_texts replay;
+    uint64_t count;
+};
+
+static void free_replay_batch(void *p) {
+    struct replay_batch *b = p;
+    if (!b)
+        return;
+    np_graph_nodes_put(b->nodes);
+    np_str_free(&b->replay.folded);
+    np_str_free(&b->replay.detailed);
+    np_str_free(&b->replay.locations);
+    free(b);
+}
+
+void np_output_captured(struct np_output *o, const struct np_launch *l,
+                        const struct np_stack_texts *texts, const char *kernel) {
+    uint64_t sid = stack_id(o, texts);
+    write_launch_json(o, l, kernel, sid, ",\"" NP_KEY_CAPTURED "\":true");
+    o->totals.captured++;
+}
+
+uint64_t np_output_graph_unknown(struct np_output *o, const struct np_launch *l,
+                                 const struct np_stack_texts *texts, const char *kernel,
+                                 const char *why) {
+    uint64_t sid = stack_id(o, texts);
+    struct np_str extra;
+    np_str_init(&extra);
+    np_str_append(&extra, ",\"" NP_KEY_GRAPH_UNKNOWN "\":");
+    np_json_string(&extra, why);
+    write_launch_json(o, l, kernel, sid, np_str_cstr(&extra));
+    np_str_free(&extra);
+    if (l->nested)
+        o->totals.nested++;
+    else
+        count_written_launch(o, l, sid, kernel);
+    return sid;
+}
+
+static struct replay_batch *replay_batch(struct np_output *o, uint32_t pid,
+                                         struct np_graph_nodes *nodes, uint64_t sid,
+                                         const struct np_stack_texts *texts) {
+    char key[72];
+    snprintf(key, sizeof(key), "%u:%" PRIu64 ":%" PRIu64, pid, nodes->id, sid);
+    struct replay_batch *b = np_map_get_str(&o->replays, key);
+    if (b)
+        return b;
+    b = calloc(1, sizeof(*b));
+    if (!b)
+        return NULL;
+    np_str_init(&b->replay.folded);
+    np_str_init(&b->replay.detailed);
+    np_str_init(&b->replay.locations);
+    b->pid = pid;
+    b->replay_sid = sid;
+    np_str_append(&b->replay.folded, np_str_cstr(&texts->folded));
+    np_str_append(&b->replay.detailed, np_str_cstr(&texts->detailed));
+    np_str_append(&b->replay.locations, np_str_cstr(&texts->locations));
+    if (np_map_put_str(&o->replays, key, b) < 0) {
+        free_replay_batch(b);
+        return NULL;
+    }
+    np_graph_nodes_ref(nodes);
+    b->nodes = nodes;
+    return b;
+}
+
+void np_output_graph_replay(struct np_output *o, const struct np_launch *l,
+                            const struct np_stack_texts *texts, const char *kernel,
+                            struct np_graph_nodes *nodes) {
+    uint64_t sid = stack_id(o, texts);
+    char extra[64];
+    snprintf(extra, sizeof(extra), ",\"" NP_KEY_GRAPH_NODES "\":%zu", nodes->n);
+    write_launch_json(o, l, kernel, sid, extra);
+    if (l->nested) {
+        o->totals.nested++;
+        return;
+    }
+    o->totals.launches++;
+    struct np_str *line = &o->ext;
+    np_str_reset(line);
+    render_ext_prefix(line, l);
+    const char *stack = sid >= 1 && sid < o->next_stack_id ? o->stacks[sid - 1] : "";
+    char leaf[1024];
+    np_sanitize_frame(leaf, sizeof(leaf), kernel, false);
+    np_str_append(line, stack);
+    np_str_appendf(line, "%s" NP_LEAF_KERNEL "%s\n", *stack ? ";" : "", leaf);
+    write_line(o, EXT_FOLDED, line);
+    struct replay_batch *b = replay_batch(o, l->ev->hdr.pid, nodes, sid, texts);
+    if (b)
+        b->count++;
+    else
+        note_error(o, -ENOMEM);
+}
+
+/* graph_replays.jsonl's line of one node of a batch. */
+static void write_replay_line(struct np_output *o, FILE *f, const struct replay_batch *b,
+                              uint64_t sid, const char *kernel) {
+    if (!f)
+        return;
+    struct np_str *s = &o->line;
+    np_str_reset(s);
+    np_str_appendf(s,
+                   "{\"" NP_KEY_PID "\":%u,\"" NP_KEY_STACK_ID "\":%" PRIu64
+                   ",\"" NP_KEY_REPLAY_STACK_ID "\":%" PRIu64 ",\"" NP_KEY_KERNEL "\":",
+                   b->pid, sid, b->replay_sid);
+    np_json_string(s, kernel);
+    np_str_appendf(s, ",\"" NP_KEY_COUNT "\":%" PRIu64 "}\n", b->count);
+    if (s->failed || fwrite(s->buf, 1, s->len, f) != s->len)
+        note_error(o, s->failed ? -ENOMEM : -EIO);
+}
+
+/* Every node of every replayed list, counted under its composed stack (and
+ * written to graph_replays.jsonl for the readers of launches.jsonl). */
+static void expand_replays(struct np_output *o) {
+    if (!o->replays.count)
+        return;
+    FILE *f = o->aggregate_only || !o->dir
+                  ? NULL
+                  : open_in(o->dir, NP_REC_GRAPH_REPLAYS_JSONL, &o->first_error);
+    struct np_stack_texts composed;
+    np_str_init(&composed.folded);
+    np_str_init(&composed.detailed);
+    np_str_init(&composed.locations);
+    for (size_t i = 0; i < o->replays.cap; i++) {
+        if (!o->replays.slots[i].used)
+            continue;
+        struct replay_batch *b = o->replays.slots[i].value;
+        for (size_t k = 0; b && b->count && k < b->nodes->n; k++) {
+            const struct np_graph_node *node = &b->nodes->v[k];
+            np_graph_compose(&b->replay, node, &composed);
+            uint64_t sid = stack_id(o, &composed);
+            char leaf[1024], merged_leaf[1100];
+            np_sanitize_frame(leaf, sizeof(leaf), node->kernel, false);
+            snprintf(merged_leaf, sizeof(merged_leaf), NP_LEAF_KERNEL "%s", leaf);
+            struct np_str *s = &o->line;
+            np_str_reset(s);
+            np_str_appendf(s, "%" PRIu64 ";%s", sid, leaf);
+            add_to(o, &o->folded_counts, np_str_cstr(s), b->count);
+            add_to(o, &o->kernel_counts, leaf, b->count);
+            np_str_reset(s);
+            np_str_appendf(s, "%" PRIu64 ";%s", sid, merged_leaf);
+            add_to(o, &o->merged_counts, np_str_cstr(s), b->count);
+            o->totals.replayed_kernels += b->count;
+            write_replay_line(o, f, b, sid, leaf);
+        }
+        if (b)
+            b->count = 0;
+    }
+    np_str_free(&composed.folded);
+    np_str_free(&composed.detailed);
+    np_str_free(&composed.locations);
+    if (f && fclose(f) != 0)
+        note_error(o, -errno);
 }
 
 /* The flame-graph leaf of a GPU record. */
@@ -671,6 +851,7 @@ int np_output_finish(struct np_output *o) {
     if (o->finished)
         return o->first_error;
     o->finished = true;
+    expand_replays(o); /* their stacks go to stacks.jsonl: before it closes */
     np_output_flush(o);
     for (int i = 0; i < NSTREAMS; i++) {
         struct np_recfile *f = o->streams[flush_order[i]];
@@ -705,6 +886,7 @@ int np_output_close(struct np_output *o) {
     np_map_free(&o->merged_counts, NULL);
     np_map_free(&o->merged_ns, NULL);
     np_map_free(&o->stack_ids, NULL);
+    np_map_free(&o->replays, free_replay_batch);
     for (uint64_t id = 1; id < o->next_stack_id; id++)
         free(o->stacks[id - 1]);
     free(o->stacks);

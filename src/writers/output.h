@@ -23,6 +23,8 @@ struct np_output;
 
 struct np_output_totals {
     uint64_t launches; /* outermost launches written */
+    uint64_t captured; /* launches into a graph being captured (they ran nothing) */
+    uint64_t replayed_kernels; /* kernels counted for graph replays (in launches.folded) */
     uint64_t nested;   /* launches inside another launch (launches.jsonl only) */
     uint64_t nccl_ops;
     uint64_t write_errors;
@@ -81,5 +83,25 @@ const char *np_output_dir(const struct np_output *o);
 
 /* Makes a comm safe for a space-separated line (exposed for tests). */
 void np_output_safe_comm(char *out, size_t size, const char *comm);
+
+/* A launch into a graph being captured: in launches.jsonl ("captured":
+ * true) and its stack in stacks.jsonl, but never counted as GPU work. */
+struct np_graph_nodes;
+void np_output_captured(struct np_output *o, const struct np_launch *l,
+                        const struct np_stack_texts *stack, const char *kernel);
+/* A graph launch whose captured kernels are known: written like a launch
+ * (launches.jsonl with graph_nodes), and each node counted once per replay
+ * in launches.folded and merged.folded under the replay's stack, then
+ * [graph capture] and the capture's frames. The counting is deferred: a
+ * replay costs one hash update here, the nodes are expanded when the
+ * output finishes (it holds a reference to nodes until then). */
+void np_output_graph_replay(struct np_output *o, const struct np_launch *l,
+                            const struct np_stack_texts *stack, const char *kernel,
+                            struct np_graph_nodes *nodes);
+/* A graph launch whose kernels are not known: written as one launch whose
+ * launches.jsonl row says why (graph_unknown). */
+uint64_t np_output_graph_unknown(struct np_output *o, const struct np_launch *l,
+                                 const struct np_stack_texts *stack, const char *kernel,
+                                 const char *why);
 
 #endif

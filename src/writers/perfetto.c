@@ -446,15 +446,18 @@ static int gpu_record(struct trace *t, const struct np_rec_gpu *g, const struct 
 static int launch_line(struct trace *t, const struct np_rec_launch *l) {
     static const char *const skip[] = {NP_KEY_TS_NS, NP_KEY_PID,    NP_KEY_TID, NP_KEY_COMM,
                                        NP_KEY_GPU,   "gpu_records", "stack",    NULL};
+    /* nested in another launch, or captured into a graph (it ran nothing):
+     * an instant, not a slice of its own */
+    bool instant = l->nested || l->captured;
     struct launch_ref ref = {
-        .pid = l->pid, .tid = l->tid, .ts_ns = l->ts_ns, .flow = !l->nested, .launch = l};
+        .pid = l->pid, .tid = l->tid, .ts_ns = l->ts_ns, .flow = !instant, .launch = l};
     struct cpu_thread *th = cpu_thread(t, l->pid, l->tid, l->comm);
     if (!th)
         return -ENOMEM;
-    event_open(t, l->nested ? "i" : "X", l->pid, l->tid);
-    event_name(t, l->api ? l->api : l->kernel, "launch");
+    event_open(t, instant ? "i" : "X", l->pid, l->tid);
+    event_name(t, l->api ? l->api : l->kernel, l->captured ? "captured" : "launch");
     put_us(&t->ev, "ts", l->ts_ns);
-    if (l->nested)
+    if (instant)
         np_str_append(&t->ev, ",\"s\":\"t\"");
     else
         put_us(&t->ev, "dur", cpu_slice_end(th, l->ts_ns) - l->ts_ns);
@@ -466,7 +469,7 @@ static int launch_line(struct trace *t, const struct np_rec_launch *l) {
     int err = put_stack(t, &first, l->stack_id);
     np_str_append(&t->ev, "}");
     err = err ? err : event_close(t);
-    t->n.launches += !l->nested;
+    t->n.launches += !instant;
     t->n.nested += l->nested;
     for (uint32_t i = 0; i < l->ngpu && !err; i++)
         err = gpu_record(t, &l->gpu[i], &ref);

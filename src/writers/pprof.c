@@ -460,8 +460,10 @@ static int launch_samples(struct builder *b, const struct np_rec_launch *l, cons
 }
 
 static int read_launch(struct builder *b, const struct np_rec_launch *l) {
-    if (l->nested)
-        return 0; /* part of the launch around it */
+    if (l->nested || l->captured)
+        return 0; /* part of the launch around it; or captured: it ran nothing */
+    if (l->graph_nodes && !l->ngpu)
+        return 0; /* its kernels are graph_replays.jsonl's, under their capture sites */
     size_t index;
     struct stack empty = {0};
     const struct stack *s = &empty;
@@ -581,6 +583,33 @@ static int read_meta(struct builder *b) {
 
 /* ---- loading -------------------------------------------------------------- */
 
+/* graph_replays.jsonl: each replayed kernel under replay;API;[graph capture];capture. */
+static int read_graph_replays(struct builder *b) {
+    struct np_rec_lines it;
+    struct np_rec_graph_replay r;
+    int err = np_rec_lines_open(&b->rec, NP_REC_GRAPH_REPLAYS_JSONL, &it);
+    if (err == -ENOENT)
+        return 0;
+    while (!err && (err = np_rec_next_graph_replay(&it, &r)) > 0) {
+        size_t index;
+        if (!np_recording_stack(&b->rec, r.stack_id, &index)) {
+            b->unknown_stacks++;
+            continue;
+        }
+        const struct stack *s = &b->stacks[index];
+        struct labels labels = {.pid = r.pid, .tid = -1, .nccl_op = s->nccl_op};
+        labels.kernel = str_id(b, r.kernel);
+        np_str_reset(&b->text);
+        np_str_appendf(&b->text, NP_LEAF_KERNEL "%s", r.kernel);
+        err = labels.kernel < 0 || b->text.failed
+                  ? -ENOMEM
+                  : add_leaf_sample(b, np_str_cstr(&b->text), s, &labels,
+                                    r.count > INT64_MAX ? INT64_MAX : (int64_t)r.count, 0);
+    }
+    np_rec_lines_close(&it);
+    return err;
+}
+
 static int load_launches(struct builder *b) {
     int err = np_recording_stacks(&b->rec);
     if (err == -ENOENT)
@@ -592,6 +621,8 @@ static int load_launches(struct builder *b) {
     err = resolve_stacks(b);
     if (!err)
         err = read_launches(b);
+    if (!err)
+        err = read_graph_replays(b);
     return err ? err : read_unmatched(b);
 }
 

@@ -30,6 +30,8 @@ static const char *role_name(const struct np_probe_site *site) {
         return "api";
     case NP_ROLE_HANDLE_ENTRY:
         return "handle";
+    case NP_ROLE_GRAPH_CALL:
+        return "graph";
     case NP_ROLE_LOADER:
         return "loader";
     case NP_ROLE_MARKER:

@@ -1,0 +1,232 @@
+"""CUDA graph replays under the line that captured each kernel: real BPF on
+the CUDA driver TEST DOUBLE libfakecuda.so (tests/progs/fake_cuda_driver.c:
+real names and signatures, capture, event fork/join, instantiate, exec
+update, launch, destroy - no GPU here), driven by tests/progs/graph_app (C)
+and tests/progs/py_graph.py (CPython, ctypes).
+
+Expected values are the truth lines the workloads print themselves (what
+they captured, replayed and launched, with exact counts) - never
+ncclprobe's output."""
+
+import re
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from lib.paths import PROGS, REPO
+from lib.processes import Workload, interpreters
+from lib.run import record, record_attached
+from lib.skip import needs_binary, needs_bpf
+
+pytestmark = [needs_bpf, needs_binary(PROGS / "graph_app", PROGS / "libfakecuda.so")]
+
+GRAPH_APP = PROGS / "graph_app"
+PY_GRAPH = REPO / "tests" / "progs" / "py_graph.py"
+CAPTURE = "[graph capture]"
+
+
+def truth(stdout):
+    """The workload's truth lines: [(kind, {key: value})]."""
+    out = []
+    for line in stdout.splitlines():
+        if line.startswith("truth kind="):
+            fields = dict(f.split("=", 1) for f in line.split()[1:])
+            out.append((fields.pop("kind"), fields))
+    return out
+
+
+def folded(path):
+    """A .folded file as Counter {tuple of frames (leaf last): count}."""
+    c = Counter()
+    for line in Path(path).read_text().splitlines():
+        stack, n = line.rsplit(" ", 1)
+        c[tuple(stack.split(";"))] += int(n)
+    return c
+
+
+def ends_with(frames, chain):
+    return len(frames) >= len(chain) and list(frames[-len(chain):]) == chain
+
+
+def classify(frames):
+    """(replay frames, capture frames, kernel) of a replayed line, or (None,
+    frames without the API and leaf, kernel) of any other."""
+    kernel = frames[-1].removeprefix("[GPU_Kernel]")
+    if CAPTURE in frames:
+        i = frames.index(CAPTURE)
+        return list(frames[:i]), list(frames[i + 1:-1]), kernel
+    return None, list(frames[:-1]), kernel
+
+
+def expected_lines(rows, py=False):
+    """The workload's truth as {(kind, replay chain, capture/stack chain, kernel): count}."""
+    want = Counter()
+    for kind, f in rows:
+        if kind == "replayed":
+            want[("replayed", f["replay"], f["capture"], f["kernel"])] += int(f["count"])
+        elif kind == "eager":
+            want[("eager", "", f["stack"], f["kernel"])] += int(f["count"])
+        elif kind == "captured":
+            want[("captured", "", f["capture"], f["kernel"])] += int(f["count"])
+    return want
+
+
+def matches(frames, chain, py):
+    """frames (root first, without the launch API frame) end with the chain's
+    functions (in Python, the chain's qualnames are frames "qualname (file:line)")."""
+    names = [f.split(" (")[0] for f in frames] if py else list(frames)
+    parts = chain.split(";")
+    return ends_with(names, parts) or (py and _subsequence_tail(names, parts))
+
+
+def _subsequence_tail(names, parts):
+    """Python chains skip the interpreter's C frames between Python ones."""
+    py_names = [n for n in names if n in parts or "." in n or n.startswith("<")]
+    return ends_with(py_names, parts)
+
+
+def got_lines(rec_dir, want, py=False):
+    """launches.folded regrouped by the truth's keys: every line must belong
+    to exactly one truth entry."""
+    got = Counter()
+    for frames, n in folded(Path(rec_dir) / "launches.folded").items():
+        replay, rest, kernel = classify(frames)
+        api = rest[-1]
+        assert api.startswith("cu") or api.startswith("cuda"), frames
+        body = rest[:-1]
+        if replay is not None:
+            assert replay[-1].startswith("cuGraphLaunch") or replay[-1].startswith(
+                "cudaGraphLaunch"), frames
+            keys = [k for k in want if k[0] == "replayed" and k[3] == kernel
+                    and matches(replay[:-1], k[1], py) and matches(body, k[2], py)]
+        else:
+            keys = [k for k in want if k[0] == "eager" and k[3] == kernel
+                    and matches(body, k[2], py)]
+        # the longest chain wins when one truth chain is a suffix of another
+        keys.sort(key=lambda k: -len(k[1] + k[2]))
+        assert keys, f"a line no truth entry explains: {';'.join(frames)} {n}"
+        got[keys[0]] += n
+    return got
+
+
+def check_recording(rec, rows, py=False):
+    assert {k for k, _ in rows} >= {"replayed", "captured"}, "the workload printed no truth"
+    want = expected_lines(rows, py)
+    got = got_lines(rec.path, want, py)
+    assert got == Counter({k: v for k, v in want.items() if k[0] != "captured"}), \
+        (sorted(got.items()), sorted(want.items()))
+    # captured launches ran nothing: in launches.jsonl, marked, never counted
+    captured = Counter(row["kernel"] for row in rec.jsonl("launches.jsonl") if row.get("captured"))
+    want_captured = Counter()
+    for k, v in want.items():
+        if k[0] == "captured":
+            want_captured[k[3]] += v
+    assert captured == want_captured
+    g = next(t["graphs"] for t in rec.summary["targets"] if "graphs" in t)
+    replayed = sum(v for k, v in want.items() if k[0] == "replayed")
+    assert g["replayed_kernels"] == replayed
+    assert g["graph_launches_capture_unseen"] == 0
+    assert g["captured_launches"] == sum(want_captured.values())
+    # merged.folded (no GPU records here) counts the same kernels under the same stacks
+    assert folded(rec.path / "merged.folded") == folded(rec.path / "launches.folded")
+    return g
+
+
+def test_every_replayed_kernel_is_counted_under_its_capture_line(tmp_path):
+    """Three capture sites, a side stream joined through events, two graphs,
+    relaxed and thread-local modes, another thread's eager work during a
+    capture, an exec update that changes one kernel, a graph destroyed and
+    another at the same handle value, 1000 replays: exact counts."""
+    rec = record(tmp_path, ["--format", "pprof", "--", GRAPH_APP, "--replays", 1000],
+                 timeout=180)
+    assert rec.returncode == 0, rec.stderr
+    rows = truth(rec.stdout)
+    assert {k for k, _ in rows} >= {"replayed", "captured", "eager"}, rec.stdout
+    g = check_recording(rec, rows)
+    assert g["exec_updates"] >= 1 and g["graphs_destroyed"] >= 1
+    assert not any(f[-1].startswith("[GPU_Kernel]<graph") for f in
+                   folded(rec.path / "launches.folded")), "an unattributed graph launch"
+    # the replayed kernels' stacks are in stacks.jsonl, and graph_replays.jsonl names them
+    stacks = {s["stack_id"]: s["frames"] for s in rec.jsonl("stacks.jsonl")}
+    replays = rec.jsonl("graph_replays.jsonl")
+    assert replays and all(CAPTURE in stacks[r["stack_id"]] for r in replays)
+    assert sum(r["count"] for r in replays) == g["replayed_kernels"]
+
+
+def test_pprof_counts_replayed_kernels_under_their_capture_sites(tmp_path):
+    from test_pprof import traces  # the -traces reader of the pprof tests
+
+    rec = record(tmp_path, ["--format", "pprof", "--", GRAPH_APP, "--replays", 200],
+                 timeout=180)
+    assert rec.returncode == 0, rec.stderr
+    want = Counter()
+    for frames, n in folded(rec.path / "launches.folded").items():
+        want[(CAPTURE in frames, frames[-1])] += n
+    got = Counter()
+    for (frames, _), n in traces(tmp_path, rec.path / "profile.pb.gz",
+                                 "-sample_index=launches").items():
+        got[(CAPTURE in frames, frames[0])] += n
+    assert got == want
+
+
+@pytest.mark.parametrize("scenarios", ["fork,prefill,thread", "fork,prefill,update,recycle"])
+def test_per_thread_default_stream_captures(tmp_path, scenarios):
+    """The same scenarios captured on the per-thread default stream (_ptsz)."""
+    rec = record(tmp_path, ["--format", "none", "--", GRAPH_APP, "--ptsz", "--replays", 300,
+                            "--scenarios", scenarios], timeout=180)
+    assert rec.returncode == 0, rec.stderr
+    check_recording(rec, truth(rec.stdout))
+
+
+def test_graph_launches_whose_capture_was_not_seen_stay_one_launch_and_are_said(tmp_path):
+    """Attached after the capture: each replay stays one launch, and stderr
+    (once) and summary.json say how many and why."""
+    w = Workload([GRAPH_APP, "--attach-after-capture", "--scenarios", "none", "--replays", 40])
+    rec, stdout, _ = record_attached(tmp_path, w, extra=["--format", "none"])
+    assert rec.returncode == 0, rec.stderr
+    rows = [f for k, f in truth(stdout) if k == "replayed"]
+    assert rows and len({f["count"] for f in rows}) == 1, stdout  # every node: once per replay
+    replays = int(rows[0]["count"])
+    lines = folded(rec.path / "launches.folded")
+    unattributed = sum(n for f, n in lines.items() if f[-1].startswith("[GPU_Kernel]<graph"))
+    assert unattributed == replays == 40
+    assert not any(CAPTURE in f for f in lines)
+    g = next(t["graphs"] for t in rec.summary["targets"] if "graphs" in t)
+    assert g["graph_launches_capture_unseen"] == g["graph_launches"] == replays
+    said = [line for line in rec.stderr.splitlines() if "capture was not seen" in line]
+    assert len(said) == 1, rec.stderr
+
+
+@pytest.mark.parametrize("python", interpreters(fallback="none"))
+def test_python_capture_sites_name_the_model_lines(tmp_path, python):
+    """CPython (ctypes on the driver double): replayed kernels under the
+    Python functions that captured them."""
+    if python == "none":
+        pytest.skip("no CPython 3.10+ installed")
+    rec = record(tmp_path, ["--format", "none", "--", python, PY_GRAPH, "--replays", 100],
+                 env={"FAKECUDA_PATH": str(PROGS / "libfakecuda.so")}, timeout=180)
+    assert rec.returncode == 0, rec.stderr
+    check_recording(rec, truth(rec.stdout), py=True)
+
+
+def test_capture_and_instantiate_probes_attach_on_the_real_libcudart(tmp_path):
+    """On the toolkit's libcudart: every capture, event and graph entry point
+    it exports gets a graph probe, attached."""
+    rec = record(tmp_path, ["--format", "none", "--", PROGS / "launcher", "--iters", 1,
+                            "--variant", "graph"])
+    assert rec.returncode == 0, rec.stderr
+    lib = next(lib["path"] for lib in rec.summary["targets"][0]["libraries"]
+               if "libcudart" in lib["path"])
+    nm = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True,
+                        check=True).stdout
+    exported = {line.split()[-1].split("@")[0] for line in nm.splitlines()}
+    want = {s for s in exported if re.fullmatch(
+        r"cuda(StreamBeginCapture(ToGraph)?|StreamEndCapture|EventRecord(WithFlags)?|"
+        r"StreamWaitEvent|GraphInstantiate(WithFlags|WithParams)?|GraphExecUpdate|"
+        r"GraphDestroy|GraphExecDestroy)(_ptsz)?", s)}
+    graph_probes = {p["symbol"]: p for p in rec.summary["probes"] if p["role"] == "graph"
+                    and "libcudart" in p["library"]}
+    assert set(graph_probes) == want and len(want) >= 15
+    assert all(p["attached"] for p in graph_probes.values())
