@@ -642,9 +642,8 @@ static __always_inline void remember_handle_call(struct pt_regs *ctx,
     /* A name string is read at the return, not here (see on_return). */
 }
 
-static __always_inline void remember_graph_call(struct pt_regs *ctx,
-                                                const struct np_probe_cfg *cfg, __u32 probe_id,
-                                                __u32 tid) {
+static __always_inline void remember_graph_call(struct pt_regs *ctx, const struct np_probe_cfg *cfg,
+                                                __u32 probe_id, __u32 tid) {
     struct np_graph_event empty = {};
     struct call_key key = {.tid = tid, .sp = PT_REGS_SP(ctx)};
     if (bpf_map_update_elem(&graph_calls, &key, &empty, BPF_ANY) != 0)

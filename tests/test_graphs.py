@@ -8,7 +8,9 @@ Expected values are the truth lines the workloads print themselves (what
 they captured, replayed and launched, with exact counts) - never
 ncclprobe's output."""
 
+import json
 import re
+import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -73,18 +75,25 @@ def expected_lines(rows, py=False):
     return want
 
 
+def same_function(frame, part, py):
+    """A frame names a chain's function. Python frames are "qualname (file:line)";
+    CPython 3.10 has no qualname (co_qualname is 3.11+): its frames name the
+    function only."""
+    if not py:
+        return frame == part
+    name = frame.split(" (")[0]
+    return name == part or name == part.rsplit(".", 1)[-1]
+
+
 def matches(frames, chain, py):
     """frames (root first, without the launch API frame) end with the chain's
-    functions (in Python, the chain's qualnames are frames "qualname (file:line)")."""
-    names = [f.split(" (")[0] for f in frames] if py else list(frames)
+    functions; in Python, with the chain's Python frames (the interpreter's and
+    ctypes' native frames between them are not part of the chain)."""
+    if py:
+        frames = [f for f in frames if f.endswith(")") and ".py:" in f]
     parts = chain.split(";")
-    return ends_with(names, parts) or (py and _subsequence_tail(names, parts))
-
-
-def _subsequence_tail(names, parts):
-    """Python chains skip the interpreter's C frames between Python ones."""
-    py_names = [n for n in names if n in parts or "." in n or n.startswith("<")]
-    return ends_with(py_names, parts)
+    return len(frames) >= len(parts) and all(
+        same_function(f, p, py) for f, p in zip(frames[-len(parts):], parts))
 
 
 def got_lines(rec_dir, want, py=False):
@@ -230,3 +239,47 @@ def test_capture_and_instantiate_probes_attach_on_the_real_libcudart(tmp_path):
                     and "libcudart" in p["library"]}
     assert set(graph_probes) == want and len(want) >= 15
     assert all(p["attached"] for p in graph_probes.values())
+
+
+def test_the_daemon_keeps_captures_made_while_it_records_nothing(tmp_path):
+    """A server captures its graphs at start, before anyone opens a window:
+    the daemon (tracing, recording nothing) keeps them, and a window opened
+    later counts every replayed kernel under its capture line."""
+    from lib.daemon import Daemon
+
+    # the daemon finds processes by their libcuda* mapping: the driver double
+    # under such a name, preloaded (its symbols win)
+    double = tmp_path / "libcuda-double.so"
+    shutil.copy(PROGS / "libfakecuda.so", double)
+    daemon = Daemon(tmp_path / "d", aggregate="no")  # outside windows: nothing recorded
+    try:
+        w = Workload([GRAPH_APP, "--wait-signal", "--attach-after-capture", "--scenarios",
+                      "fork", "--replays", 25], env={"LD_PRELOAD": str(double)})
+        daemon.wait_traced(w.pid)
+        w.go()  # it captures now: no window is open
+        again = w.proc.stdout.readline()
+        assert again.startswith("ready"), again
+        assert not daemon.status()["window"]["open"]
+        assert json.loads(daemon.ctl("start").stdout)["ok"]
+        w.go()  # the replays, in the window
+        out, _ = w.finish()
+        assert json.loads(daemon.ctl("stop").stdout)["ok"]
+        sets = daemon.written_sets(w.pid)
+    finally:
+        w.kill()
+        daemon.terminate()
+    rows = truth(again + out)
+    want = Counter()
+    for kind, f in rows:
+        if kind == "replayed":
+            want[(f["replay"].split(";")[-1], f["capture"].split(";")[-2], f["kernel"])] += \
+                int(f["count"])
+    assert want and sum(want.values()) > 0
+    got = Counter()
+    for name in sets:
+        for frames, n in folded(daemon.out / name / "launches.folded").items():
+            if CAPTURE in frames:
+                _, rest, kernel = classify(frames)
+                i = frames.index(CAPTURE)
+                got[(frames[i - 2], rest[-3], kernel)] += n
+    assert got == want

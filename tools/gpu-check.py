@@ -4,7 +4,9 @@ CUDA). Records a PyTorch program under `ncclprobe record -- ...` and reports
 what fired, to answer what no CPU-only test can:
 
 - eager kernels: which launch APIs PyTorch uses, how kernels are named;
-- a CUDA graph capture + replays: what cudaGraphLaunch looks like;
+- a CUDA graph capture + replays: what cudaGraphLaunch looks like, and
+  (issue 20) every replayed kernel under the line that captured it - the
+  model line `eager_step`'s matmul and softmax, inside `with torch.cuda.graph`;
 - a torch.compile'd (Triton) function: Triton launches through cuLaunchKernel;
 - torch.distributed with NCCL, world size 1: what the NCCL probes see;
 - whether libcudart's launches reach libcuda's exported cuLaunchKernel*
@@ -176,6 +178,29 @@ def live_check(args, out):
     return lines, ok
 
 
+def graph_check(rec):
+    """Each kernel a graph replay ran is counted under the capture: the
+    workload's `eager_step` (the model line) below `[graph capture]`, once per
+    replay; nothing replayed stays an unattributed `<graph ...>` leaf."""
+    replayed, unattributed = collections.Counter(), 0
+    for line in (rec / "launches.folded").read_text().splitlines():
+        stack, n = line.rsplit(" ", 1)
+        frames = stack.split(";")
+        if "[graph capture]" in frames:
+            capture = frames[frames.index("[graph capture]") + 1:]
+            site = next((f for f in capture if f.startswith("eager_step (")), None)
+            replayed[(site, frames[-1])] += int(n)
+        elif frames[-1].startswith("[GPU_Kernel]<graph"):
+            unattributed += int(n)
+    ok = bool(replayed) and all(site for site, _ in replayed) and not unattributed and all(
+        n % 10 == 0 for n in replayed.values())  # 10 replays
+    lines = ["## CUDA graph replays by capture line (issue 20)", "",
+             f"- {'OK' if ok else 'FAILED'}: {sum(replayed.values())} replayed kernels, "
+             f"{unattributed} graph launches unattributed"]
+    lines += [f"- {n:5d}  {site}  {leaf}" for (site, leaf), n in replayed.most_common(20)]
+    return lines, ok
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ncclprobe", default=str(Path(__file__).resolve().parent.parent /
@@ -225,6 +250,8 @@ def main():
         for lib in t["libraries"]:
             lines.append(f"- {lib['path']}: {lib['probes_attached']} probes "
                          f"({lib['probes_failed']} failed)")
+    graph_lines, graph_ok = graph_check(rec)
+    lines += [""] + graph_lines
     live_ok = True
     if not args.skip_live:
         live_lines, live_ok = live_check(args, out)
@@ -233,7 +260,7 @@ def main():
     (out / "gpu-check.md").write_text(report)
     print(report)
     print(f"(recording in {rec})")
-    return 0 if proc.returncode == 0 and live_ok else 1
+    return 0 if proc.returncode == 0 and live_ok and graph_ok else 1
 
 
 if __name__ == "__main__":

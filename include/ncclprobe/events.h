@@ -86,15 +86,15 @@ enum np_handle_source {
 };
 
 struct np_probe_cfg {
-    __u32 pid;      /* the only process this probe id serves */
-    __u8 role;      /* enum np_probe_role */
-    __s8 deref_arg; /* argument (0-5 registers, 6-11 stack words) to copy from, -1: none */
-    __u8 out_arg;   /* handle producers: the argument that points at the result */
-    __u8 src_arg;   /* handle producers: the argument naming the handle */
-    __u8 src_kind;  /* enum np_handle_source */
-    __u8 hold;      /* loader hook of a process ncclprobe started: stop it until probed */
-    __u8 nccl_plan; /* an NCCL launch: nccl_cfg[probe id] says what of its plan to read */
-    __u8 graph_op;  /* NP_ROLE_GRAPH_CALL: enum np_graph_op */
+    __u32 pid;       /* the only process this probe id serves */
+    __u8 role;       /* enum np_probe_role */
+    __s8 deref_arg;  /* argument (0-5 registers, 6-11 stack words) to copy from, -1: none */
+    __u8 out_arg;    /* handle producers: the argument that points at the result */
+    __u8 src_arg;    /* handle producers: the argument naming the handle */
+    __u8 src_kind;   /* enum np_handle_source */
+    __u8 hold;       /* loader hook of a process ncclprobe started: stop it until probed */
+    __u8 nccl_plan;  /* an NCCL launch: nccl_cfg[probe id] says what of its plan to read */
+    __u8 graph_op;   /* NP_ROLE_GRAPH_CALL: enum np_graph_op */
     __u32 deref_off; /* added to the dereferenced pointer */
     __u32 deref_len; /* bytes to copy, at most NP_DEREF_BYTES */
 };

@@ -48,8 +48,8 @@
 #define NP_FRAME_UNKNOWN "[unknown]"                 /* no module, or could not unwind further */
 #define NP_FRAME_PY_TRUNCATED "[python truncated]"   /* more Python frames than --python-depth */
 #define NP_FRAME_PY_CODE_PREFIX "[python code 0x"    /* a code object that was gone: "...0x7f..]" */
-#define NP_FRAME_INLINED_SUFFIX " [inlined]" /* "f [inlined]": inlined into the frame before */
-#define NP_FRAME_SEPARATOR ';'               /* between the frames of a folded stack */
+#define NP_FRAME_INLINED_SUFFIX " [inlined]"     /* "f [inlined]": inlined into the frame before */
+#define NP_FRAME_SEPARATOR ';'                   /* between the frames of a folded stack */
 #define NP_FRAME_GRAPH_CAPTURE "[graph capture]" /* replay stack;API;[graph capture];capture */
 
 /* Kernel names made up where none is known (the text after NP_LEAF_KERNEL). */
@@ -70,8 +70,8 @@
 #define NP_KEY_KERNEL "kernel"
 #define NP_KEY_STACK_ID "stack_id"
 #define NP_KEY_NESTED "nested"
-#define NP_KEY_CAPTURED "captured"         /* a launch into a graph being captured: ran nothing */
-#define NP_KEY_GRAPH_NODES "graph_nodes"   /* a graph launch: the kernels its replay counted */
+#define NP_KEY_CAPTURED "captured"           /* a launch into a graph being captured: ran nothing */
+#define NP_KEY_GRAPH_NODES "graph_nodes"     /* a graph launch: the kernels its replay counted */
 #define NP_KEY_GRAPH_UNKNOWN "graph_unknown" /* ... or why its kernels are not known */
 /* graph_replays.jsonl: {pid, stack_id (replay;API;[graph capture];capture), replay_stack_id,
  * kernel, count} */

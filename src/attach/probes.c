@@ -125,7 +125,8 @@ static const struct np_probe_def defs[] = {
     DRV_GRAPH("cuGraphDestroy", NP_GOP_GRAPH_DESTROY, -1, -1),
     DRV_GRAPH("cuGraphExecDestroy", NP_GOP_EXEC_DESTROY, -1, -1),
     /* glibc's r_brk: dlopen mapped new objects (libraries loaded late) */
-    {"_dl_debug_state", "dlopen", NP_FAMILY_LOADER, NP_ROLE_LOADER, NP_LAYOUT_NONE, -1, 0, 0, 0, 0, 0},
+    {"_dl_debug_state", "dlopen", NP_FAMILY_LOADER, NP_ROLE_LOADER, NP_LAYOUT_NONE, -1, 0, 0, 0, 0,
+     0},
     /* CPython is about to free its modules (and their code objects): a
      * process ncclprobe started waits there, like at a load, until every
      * launch before it is read - Python frames name live code objects */

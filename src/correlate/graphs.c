@@ -129,7 +129,6 @@ void np_graph_nodes_put(struct np_graph_nodes *n) {
     free(n);
 }
 
-
 static int nodes_push(struct np_graph_nodes *n, struct np_graph_stack *stack, const char *kernel) {
     if (n->n == n->cap) {
         size_t cap = n->cap ? n->cap * 2 : 16;
@@ -423,7 +422,7 @@ struct np_graph_nodes *np_graphs_replay(struct np_graphs *g, uint64_t exec, cons
     bool seen = false;
     for (size_t i = 0; !seen && i < g->execs.cap; i++)
         seen = g->execs.slots[i].used && g->execs.slots[i].ikey == exec;
-    *why = n ? "its graph has no captured kernel"
+    *why = n      ? "its graph has no captured kernel"
            : seen ? "its graph was not captured while traced (or was built node by node)"
                   : "the graph was instantiated before ncclprobe attached";
     return NULL;

@@ -119,5 +119,4 @@ void np_graph_nodes_put(struct np_graph_nodes *n);
 void np_graph_compose(const struct np_stack_texts *replay, const struct np_graph_node *node,
                       struct np_stack_texts *out);
 
-
 #endif

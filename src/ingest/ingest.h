@@ -35,7 +35,7 @@ struct np_ingest_stats {
     uint64_t launch_events; /* launch + NCCL API records received */
     uint64_t handle_events;
     uint64_t map_events;
-    uint64_t graph_events; /* capture, event and graph calls returned */
+    uint64_t graph_events;         /* capture, event and graph calls returned */
     uint64_t malformed;            /* wrong size, type or version */
     uint64_t unknown_source;       /* probe id or pid we do not know (already detached) */
     uint64_t unsymbolized;         /* launches of a process gone before its mappings were read */

@@ -134,8 +134,8 @@ static void on_launch(struct np_ingest *in, struct np_ingest_proc *p, const stru
         int err = np_graphs_add_node(&t->graphs, capture, kernel, stack);
         if (err && !t->graphs_bound_said++)
             np_warn("pid %d: a graph capture is not kept (over %u nodes or %llu MiB of "
-                         "capture stacks): its replays show as one launch",
-                         t->proc.pid, NP_GRAPH_MAX_NODES, NP_GRAPH_MAX_STACK_BYTES >> 20);
+                    "capture stacks): its replays show as one launch",
+                    t->proc.pid, NP_GRAPH_MAX_NODES, NP_GRAPH_MAX_STACK_BYTES >> 20);
         if (out)
             np_output_captured(out, l, stack, kernel);
         return;

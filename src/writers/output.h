@@ -22,10 +22,10 @@
 struct np_output;
 
 struct np_output_totals {
-    uint64_t launches; /* outermost launches written */
-    uint64_t captured; /* launches into a graph being captured (they ran nothing) */
+    uint64_t launches;         /* outermost launches written */
+    uint64_t captured;         /* launches into a graph being captured (they ran nothing) */
     uint64_t replayed_kernels; /* kernels counted for graph replays (in launches.folded) */
-    uint64_t nested;   /* launches inside another launch (launches.jsonl only) */
+    uint64_t nested;           /* launches inside another launch (launches.jsonl only) */
     uint64_t nccl_ops;
     uint64_t write_errors;
     /* Set by np_output_finish: records in the per-launch files, records left

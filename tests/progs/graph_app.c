@@ -707,7 +707,7 @@ static void check_kernels_against_double(void) {
 static void usage(FILE *out) {
     fprintf(out,
             "usage: graph_app [--replays N] [--prefill-replays N] [--scenarios LIST] [--ptsz]\n"
-            "                 [--wait-signal | --attach-after-capture]\n"
+            "                 [--wait-signal] [--attach-after-capture]\n"
             "scenarios: fork,prefill,thread,update,recycle (default: all) or none;\n"
             "           thread and recycle need prefill\n");
 }
@@ -774,7 +774,7 @@ static void parse_options(int argc, char **argv) {
             exit(PROGS_EXIT_USAGE);
         }
     }
-    if (optind != argc || (opts.wait_signal && opts.attach_after_capture) ||
+    if (optind != argc ||
         ((opts.scenarios & (SC_THREAD | SC_RECYCLE)) && !(opts.scenarios & SC_PREFILL))) {
         usage(stderr);
         exit(PROGS_EXIT_USAGE);
