@@ -657,12 +657,15 @@ static __always_inline void remember_graph_call(struct pt_regs *ctx, const struc
     g->out = cfg->out_arg < NP_REG_ARGS ? g->args[cfg->out_arg] : 0;
 }
 
-/* A capture began (successfully) or ended (either way: a failed end ends it
- * too) in process tgid. */
+#define CAPTURE_INVALIDATED 901 /* cudaErrorStreamCaptureInvalidated: that end ends it too */
+
+/* A capture began, or ended, in process tgid (the runtime's and the
+ * driver's calls both count: they balance). An end that failed otherwise
+ * (wrong thread, not capturing) ended nothing. */
 static __always_inline void track_capture(__u32 tgid, __u32 op, __s64 ret) {
     if (op == NP_GOP_END) {
         __s64 *n = bpf_map_lookup_elem(&active_captures, &tgid);
-        if (n && *n > 0)
+        if (n && *n > 0 && (ret == 0 || ret == CAPTURE_INVALIDATED))
             __sync_fetch_and_add(n, -1);
         return;
     }
@@ -670,15 +673,38 @@ static __always_inline void track_capture(__u32 tgid, __u32 op, __s64 ret) {
         return;
     __s64 one = 1;
     __s64 *n = bpf_map_lookup_elem(&active_captures, &tgid);
+    if (!n && bpf_map_update_elem(&active_captures, &tgid, &one, BPF_NOEXIST) == 0)
+        return;
+    n = n ? n : bpf_map_lookup_elem(&active_captures, &tgid); /* another thread's came first */
     if (n)
         __sync_fetch_and_add(n, 1);
-    else
-        bpf_map_update_elem(&active_captures, &tgid, &one, BPF_NOEXIST);
 }
 
 static __always_inline bool capturing(__u32 tgid) {
     __s64 *n = bpf_map_lookup_elem(&active_captures, &tgid);
     return n && *n > 0;
+}
+
+/* Event records and stream waits are frequent (every NCCL collective, the
+ * caching allocator) and matter only while a capture is on in the process:
+ * then they are sent at once, from the entry (no return probe). */
+static __always_inline bool fork_or_join(__u32 op) {
+    return op == NP_GOP_EVENT_RECORD || op == NP_GOP_STREAM_WAIT;
+}
+
+static __always_inline void graph_call_at_entry(struct pt_regs *ctx, const struct np_probe_cfg *cfg,
+                                                __u32 probe_id, __u64 pid_tgid) {
+    if (!capturing(pid_tgid >> 32))
+        return;
+    struct np_graph_event g = {.probe_id = probe_id, .op = cfg->graph_op};
+    read_reg_args(ctx, g.args);
+    fill_header(&g.hdr, NP_EV_GRAPH, sizeof(g), pid_tgid, bpf_ktime_get_ns());
+    if (bpf_ringbuf_output(&events, &g, sizeof(g), wakeup_flag(sizeof(g))) == 0) {
+        count(NP_CNT_GRAPH_SENT);
+    } else {
+        count(NP_CNT_GRAPH_DROPPED);
+        count_probe(&probe_drops, probe_id);
+    }
 }
 
 /* The return of a capture or graph call: its record, with what its out
@@ -874,8 +900,9 @@ volatile __u32 stopped;
  * window opened later names kernels of handles made before it. */
 volatile __u32 paused;
 
-/* True when this hit is over the probe's rate limit (counted, not sent). */
-static __always_inline bool over_rate_limit(__u32 probe_id, __u64 now) {
+/* True when this hit is over the probe's rate limit (counted, not sent);
+ * never while a capture is on in the process (a graph must be whole). */
+static __always_inline bool over_rate_limit(__u32 probe_id, __u64 now, __u32 tgid) {
     __u32 limit = rate_limit;
     if (!limit)
         return false;
@@ -886,7 +913,7 @@ static __always_inline bool over_rate_limit(__u32 probe_id, __u64 now) {
         w->start_ns = now;
         w->sent = 0;
     }
-    if (__sync_fetch_and_add(&w->sent, 1) < limit)
+    if (__sync_fetch_and_add(&w->sent, 1) < limit || capturing(tgid))
         return false;
     count(NP_CNT_RATE_LIMITED);
     count_probe(&probe_limited, probe_id);
@@ -910,10 +937,12 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
 
     switch (cfg->role) {
     case NP_ROLE_LAUNCH: {
+        /* while a capture is on in the process its launches all go: the
+         * graph's nodes must be complete */
         if (paused && !capturing(pid_tgid >> 32))
             return 0;
         __u64 ts = bpf_ktime_get_ns();
-        if (over_rate_limit(probe_id, ts))
+        if (over_rate_limit(probe_id, ts, pid_tgid >> 32))
             return 0;
         struct np_nccl_cfg *nccl =
             cfg->nccl_plan ? bpf_map_lookup_elem(&nccl_cfg, &probe_id) : NULL;
@@ -926,7 +955,7 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
         if (paused)
             return 0;
         __u64 ts = bpf_ktime_get_ns();
-        if (over_rate_limit(probe_id, ts))
+        if (over_rate_limit(probe_id, ts, pid_tgid >> 32))
             return 0;
         count(NP_CNT_LAUNCH_HITS);
         return emit_launch(ctx, cfg, probe_id, pid_tgid, ts);
@@ -938,7 +967,10 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
         remember_handle_call(ctx, cfg, probe_id, (__u32)pid_tgid);
         return 0;
     case NP_ROLE_GRAPH_CALL:
-        remember_graph_call(ctx, cfg, probe_id, (__u32)pid_tgid);
+        if (fork_or_join(cfg->graph_op))
+            graph_call_at_entry(ctx, cfg, probe_id, pid_tgid);
+        else
+            remember_graph_call(ctx, cfg, probe_id, (__u32)pid_tgid);
         return 0;
     case NP_ROLE_LOADER:
         report_loader_change(pid_tgid, cfg);

@@ -594,8 +594,8 @@ def test_graph_app_truth(scenarios, extra):
 
 
 def test_graph_app_usage():
-    for args in (["--scenarios", "thread"], ["--scenarios", "bogus"],
-                 ["--wait-signal", "--attach-after-capture"], ["--replays", "-1"]):
+    for args in (["--scenarios", "thread"], ["--scenarios", "bogus"], ["--replays", "-1"],
+                 ["--ptsz", "extra-argument"]):
         proc = subprocess.run([GRAPH_APP, *args], capture_output=True, text=True, timeout=10)
         assert proc.returncode == 2, args
 

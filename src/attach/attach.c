@@ -225,8 +225,11 @@ static int write_site_cfg(struct np_attacher *a, const struct np_probe_site *s) 
 
 /* Probes whose work is done at the function's return too. */
 static bool needs_return(const struct np_probe_site *s) {
-    return !s->is_thunk &&
-           (s->def->role == NP_ROLE_HANDLE_ENTRY || s->def->role == NP_ROLE_GRAPH_CALL);
+    if (s->is_thunk)
+        return false;
+    if (s->def->role == NP_ROLE_GRAPH_CALL) /* event records and waits: entry only */
+        return s->def->graph_op != NP_GOP_EVENT_RECORD && s->def->graph_op != NP_GOP_STREAM_WAIT;
+    return s->def->role == NP_ROLE_HANDLE_ENTRY;
 }
 
 /* One perf-event uprobe per probe (and a uretprobe for handle producers and

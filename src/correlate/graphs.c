@@ -11,6 +11,9 @@
 #include "ncclprobe/recording.h"
 
 #define PER_THREAD_STREAM 0x2 /* cudaStreamPerThread / CU_STREAM_PER_THREAD */
+/* cudaErrorStreamCaptureInvalidated / CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
+ * the end that returns it ends the capture too (other errors do not) */
+#define CAPTURE_INVALIDATED 901
 
 struct np_capture {
     uint64_t id;
@@ -174,8 +177,7 @@ static void set_nodes(struct np_map *map, uint64_t key, struct np_graph_nodes *n
         np_graph_nodes_put(n);
         return;
     }
-    if (old != n)
-        np_graph_nodes_put(old);
+    np_graph_nodes_put(old); /* n came with a reference of its own, even when n == old */
 }
 
 static void drop_nodes(struct np_map *map, uint64_t key) {
@@ -247,8 +249,8 @@ uint64_t np_graphs_capture_of(const struct np_graphs *g, uint64_t stream, uint32
         return 0;
     uint64_t key = stream_key(stream, tid, is_per_thread_api(def));
     uint64_t id = (uint64_t)(uintptr_t)np_map_get_u64(&g->streams, key);
-    struct np_capture *c = capture_by_id(g, id);
-    return c && !c->dropped ? id : 0;
+    /* a dropped capture still captures: its launches ran nothing */
+    return capture_by_id(g, id) ? id : 0;
 }
 
 static void begin(struct np_graphs *g, uint64_t key, uint64_t into_graph, int64_t mode) {
@@ -349,7 +351,8 @@ void np_graphs_on_call(struct np_graphs *g, const struct np_probe_def *def,
             begin(g, stream_key(a[0], tid, pt), a[1], mode);
         break;
     case NP_GOP_END:
-        end(g, stream_key(a[0], tid, pt), e->out, ok);
+        if (ok || e->ret == CAPTURE_INVALIDATED)
+            end(g, stream_key(a[0], tid, pt), e->out, ok);
         break;
     case NP_GOP_EVENT_RECORD:
         if (ok)

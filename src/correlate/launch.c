@@ -108,6 +108,8 @@ void np_launch_add_nccl_kernel(struct np_nccl_comms *comms, const struct np_laun
         append_frame(&stack->detailed, frame);
         np_ingest_append_location(&stack->locations);
     }
+    if (!comms) /* captured into a graph: it ran nothing */
+        return;
     struct np_nccl_comm_stats *c = np_nccl_comms_get(comms, l->ev->hdr.pid, plan->comm, &plan->id);
     if (c) {
         c->launches++;

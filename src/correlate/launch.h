@@ -21,7 +21,7 @@ const char *np_launch_kernel_name(const struct np_kernel_names *names, struct np
                                   char *buf, size_t size);
 
 /* An NCCL kernel launch with its plan: the [NCCL]Op frame goes on top of
- * its stack and its communicator counts it. */
+ * its stack and its communicator counts it (comms NULL: not counted). */
 void np_launch_add_nccl_kernel(struct np_nccl_comms *comms, const struct np_launch *l,
                                const char *kernel, struct np_stack_texts *stack);
 

@@ -220,6 +220,7 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
         called->def->layout == NP_LAYOUT_NCCL_LAUNCH ? take_nccl_plan(in, e) : NULL;
     if (plan && plan->has_stream)
         l.stream = plan->stream;
+    l.nested = really_nested(in, p, e);
     /* A launch into a graph being captured is kept even when nothing is
      * recorded now: the graph's replays may be. */
     if (in->ops->recording && !in->ops->recording(in, p) &&
@@ -235,7 +236,6 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
     in->stats.launch_events++;
     count_probe(in, e->called_as);
 
-    l.nested = really_nested(in, p, e);
     l.nccl_names = called->nccl ? &called->nccl->names : NULL; /* the library's own names */
     if (called->def->layout == NP_LAYOUT_NCCL_LAUNCH)
         add_nccl_plan(in, called, &l, plan);

@@ -129,7 +129,7 @@ static void on_launch(struct np_ingest *in, struct np_ingest_proc *p, const stru
     char buf[600];
     const char *kernel = np_launch_kernel_name(t->kernels, p->sym, l, stack, buf, sizeof(buf));
     if (l->def->layout == NP_LAYOUT_NCCL_LAUNCH)
-        np_launch_add_nccl_kernel(&s->nccl_comms, l, kernel, stack);
+        np_launch_add_nccl_kernel(capture ? NULL : &s->nccl_comms, l, kernel, stack);
     if (capture) { /* ran nothing: a node of the graph being captured */
         int err = np_graphs_add_node(&t->graphs, capture, kernel, stack);
         if (err && !t->graphs_bound_said++)

@@ -162,6 +162,10 @@ void np_session_target_exited(struct np_session *s, struct np_target *t) {
         __u32 key = (__u32)t->proc.pid;
         bpf_map__delete_elem(s->skel->maps.py_procs, &key, sizeof(key), 0);
     }
+    if (t->graphs.stats.captures) { /* a capture it left open must not outlive it */
+        __u32 key = (__u32)t->proc.pid;
+        bpf_map__delete_elem(s->skel->maps.active_captures, &key, sizeof(key), 0);
+    }
     np_debug("process %d (%s) exited", t->proc.pid, t->comm);
 }
 

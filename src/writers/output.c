@@ -534,7 +534,8 @@ static struct replay_batch *replay_batch(struct np_output *o, uint32_t pid,
                                          struct np_graph_nodes *nodes, uint64_t sid,
                                          const struct np_stack_texts *texts) {
     char key[72];
-    snprintf(key, sizeof(key), "%u:%" PRIu64 ":%" PRIu64, pid, nodes->id, sid);
+    /* the list itself (held: its address is not reused), not its id (per process) */
+    snprintf(key, sizeof(key), "%u:%p:%" PRIu64, pid, (void *)nodes, sid);
     struct replay_batch *b = np_map_get_str(&o->replays, key);
     if (b)
         return b;

@@ -14,10 +14,12 @@
 #include "attach/dwarf_layout.h"
 #include "attach/elfscan.h"
 #include "attach/nccl_layout.h"
+#include "attach/probes.h"
 #include "attach/process.h"
 #include "attach/procmaps.h"
 #include "check.h"
 #include "correlate/gpu.h"
+#include "correlate/graphs.h"
 #include "correlate/nccl_comms.h"
 #include "ingest/ingest.h"
 #include "ingest/launch.h"
@@ -734,6 +736,101 @@ static void test_nccl_comms(void) {
     np_nccl_comms_free(&c);
 }
 
+/* ---- CUDA graphs (correlate/graphs.c) ------------------------------------------- */
+
+static struct np_graph_event graph_call(enum np_graph_op op, uint64_t a0, uint64_t a1, uint64_t out,
+                                        int64_t ret) {
+    struct np_graph_event e = {.op = op, .out = out, .ret = ret};
+    e.hdr.tid = 7;
+    e.args[0] = a0, e.args[1] = a1;
+    return e;
+}
+
+static const struct np_probe_def *graph_def(const char *symbol) {
+    const struct np_probe_def *d = np_probe_def_by_symbol(symbol);
+    CHECK(d != NULL);
+    return d;
+}
+
+static void capture_two(struct np_graphs *g, uint64_t stream, uint64_t graph, const char *k1,
+                        const char *k2) {
+    const struct np_probe_def *begin = graph_def("cuStreamBeginCapture_v2");
+    const struct np_probe_def *end = graph_def("cuStreamEndCapture");
+    const struct np_probe_def *launch = graph_def("cuLaunchKernel");
+    struct np_graph_event e = graph_call(NP_GOP_BEGIN, stream, 0, 0, 0);
+    np_graphs_on_call(g, begin, &e);
+    struct np_stack_texts t;
+    np_str_init(&t.folded), np_str_init(&t.detailed), np_str_init(&t.locations);
+    np_str_append(&t.folded, "main;capture;cuLaunchKernel");
+    np_str_append(&t.detailed, "main;capture;cuLaunchKernel");
+    np_str_append(&t.locations, "{},{},{}");
+    uint64_t c = np_graphs_capture_of(g, stream, 7, launch);
+    CHECK(c != 0);
+    CHECK(np_graphs_add_node(g, c, k1, &t) == 0);
+    CHECK(np_graphs_add_node(g, c, k2, &t) == 0);
+    np_str_free(&t.folded), np_str_free(&t.detailed), np_str_free(&t.locations);
+    e = graph_call(NP_GOP_END, stream, 0, graph, 0);
+    np_graphs_on_call(g, end, &e);
+    CHECK(np_graphs_capture_of(g, stream, 7, launch) == 0);
+}
+
+static void test_graphs(void) {
+    struct np_graphs g;
+    np_graphs_init(&g);
+    const struct np_probe_def *rt_inst = graph_def("cudaGraphInstantiate");
+    const struct np_probe_def *drv_inst = graph_def("cuGraphInstantiateWithFlags");
+    const struct np_probe_def *destroy = graph_def("cuGraphDestroy");
+    const struct np_probe_def *exec_destroy = graph_def("cuGraphExecDestroy");
+    const struct np_probe_def *update = graph_def("cuGraphExecUpdate_v2");
+    /* capture, then the runtime's instantiate calling the driver's (both
+     * probed), destroy: nothing stays, three times over */
+    for (int round = 0; round < 3; round++) {
+        capture_two(&g, 0x100, 0xa0, "k1", "k2");
+        struct np_graph_event e = graph_call(NP_GOP_INSTANTIATE, 0, 0xa0, 0xe0, 0);
+        np_graphs_on_call(&g, drv_inst, &e);
+        np_graphs_on_call(&g, rt_inst, &e);
+        e = graph_call(NP_GOP_EXEC_UPDATE, 0xe0, 0xa0, 0, 0);
+        np_graphs_on_call(&g, update, &e); /* the driver's and the runtime's */
+        np_graphs_on_call(&g, update, &e);
+        const char *why = NULL;
+        struct np_graph_nodes *n = np_graphs_replay(&g, 0xe0, &why);
+        CHECK(n && n->n == 2 && strcmp(n->v[1].kernel, "k2") == 0);
+        np_graph_nodes_put(n);
+        e = graph_call(NP_GOP_GRAPH_DESTROY, 0xa0, 0, 0, 0);
+        np_graphs_on_call(&g, destroy, &e);
+        e = graph_call(NP_GOP_EXEC_DESTROY, 0xe0, 0, 0, 0);
+        np_graphs_on_call(&g, exec_destroy, &e);
+        CHECK(g.nodes_live == 0 && g.lists.count == 0 && g.stack_bytes == 0);
+    }
+    /* a new graph at a destroyed one's handle value: only its own nodes */
+    capture_two(&g, 0x100, 0xa0, "new1", "new2");
+    struct np_graph_event e = graph_call(NP_GOP_INSTANTIATE, 0, 0xa0, 0xe0, 0);
+    np_graphs_on_call(&g, drv_inst, &e);
+    const char *why = NULL;
+    struct np_graph_nodes *n = np_graphs_replay(&g, 0xe0, &why);
+    CHECK(n && n->n == 2 && strcmp(n->v[0].kernel, "new1") == 0);
+    /* a list an output still holds outlives the process's tables */
+    np_graphs_free(&g);
+    CHECK(strcmp(n->v[0].stack->folded, "main;capture;cuLaunchKernel") == 0);
+    np_graph_nodes_put(n);
+    /* an end that failed otherwise (wrong thread) ends nothing; an
+     * invalidated capture ends, its graph not kept */
+    np_graphs_init(&g);
+    const struct np_probe_def *begin = graph_def("cuStreamBeginCapture_v2");
+    const struct np_probe_def *end = graph_def("cuStreamEndCapture");
+    const struct np_probe_def *launch = graph_def("cuLaunchKernel");
+    e = graph_call(NP_GOP_BEGIN, 0x200, 0, 0, 0);
+    np_graphs_on_call(&g, begin, &e);
+    e = graph_call(NP_GOP_END, 0x200, 0, 0, 904 /* cudaErrorStreamCaptureWrongThread */);
+    np_graphs_on_call(&g, end, &e);
+    CHECK(np_graphs_capture_of(&g, 0x200, 7, launch) != 0);
+    e = graph_call(NP_GOP_END, 0x200, 0, 0xb0, 901);
+    np_graphs_on_call(&g, end, &e);
+    CHECK(np_graphs_capture_of(&g, 0x200, 7, launch) == 0 && g.graphs.count == 0);
+    CHECK(g.stats.captures_failed == 1);
+    np_graphs_free(&g);
+}
+
 int main(void) {
     test_demangle();
     test_thunk();
@@ -743,6 +840,7 @@ int main(void) {
     test_hashmap();
     test_hashmap_delete();
     test_gpu_join();
+    test_graphs();
     test_nccl_dwarf_layout();
     test_nccl_plan_decode();
     test_nccl_plan_versions();
