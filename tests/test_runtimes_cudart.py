@@ -200,7 +200,7 @@ def test_every_probe_the_library_can_take_attaches(tmp_path, tmp_path_factory, e
     except AssertionError:
         runtimes.record_result(entry, "probes attach", "fails", "see the test log")
         raise
-    detail = f"{len(placed)} probes (launch, thunk, handle)"
+    detail = f"{len(placed)} probes (launch, thunk, handle, graph)"
     if missing:
         detail += "; not exported here: " + ", ".join(missing)
     runtimes.record_result(entry, "probes attach", "works" if not missing else "degrades", detail)

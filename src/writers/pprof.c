@@ -588,12 +588,11 @@ static int read_graph_replays(struct builder *b) {
     struct np_rec_lines it;
     struct np_rec_graph_replay r;
     int err = np_rec_lines_open(&b->rec, NP_REC_GRAPH_REPLAYS_JSONL, &it);
-    if (err == -ENOENT)
-        return 0;
     while (!err && (err = np_rec_next_graph_replay(&it, &r)) > 0) {
         size_t index;
         if (!np_recording_stack(&b->rec, r.stack_id, &index)) {
             b->unknown_stacks++;
+            err = 0;
             continue;
         }
         const struct stack *s = &b->stacks[index];
@@ -607,7 +606,7 @@ static int read_graph_replays(struct builder *b) {
                                     r.count > INT64_MAX ? INT64_MAX : (int64_t)r.count, 0);
     }
     np_rec_lines_close(&it);
-    return err;
+    return err == -ENOENT ? 0 : err;
 }
 
 static int load_launches(struct builder *b) {
