@@ -193,6 +193,7 @@ void np_graphs_init(struct np_graphs *g) {
     np_map_init(&g->events);
     np_map_init(&g->graphs);
     np_map_init(&g->execs);
+    np_map_init(&g->unseen_execs);
     np_map_init(&g->stacks);
     np_map_init(&g->lists);
 }
@@ -214,6 +215,7 @@ void np_graphs_free(struct np_graphs *g) {
     np_map_free(&g->events, NULL);
     np_map_free(&g->graphs, put_nodes_value);
     np_map_free(&g->execs, put_nodes_value);
+    np_map_free(&g->unseen_execs, NULL);
     /* Lists outputs still hold outlive us, and so do their stacks. */
     for (size_t i = 0; i < g->lists.cap; i++)
         if (g->lists.slots[i].used)
@@ -326,12 +328,13 @@ static void stream_wait(struct np_graphs *g, uint64_t key, uint64_t event) {
 
 static void instantiate(struct np_graphs *g, uint64_t exec, uint64_t graph) {
     struct np_graph_nodes *n = np_map_get_u64(&g->graphs, graph);
-    np_graph_nodes_ref(n);
     if (!n) { /* made before we attached, or by explicit node calls */
         drop_nodes(&g->execs, exec);
-        np_map_put_u64(&g->execs, exec, NULL);
+        np_map_put_u64(&g->unseen_execs, exec, (void *)1);
         return;
     }
+    np_map_del_u64(&g->unseen_execs, exec);
+    np_graph_nodes_ref(n);
     set_nodes(&g->execs, exec, n);
 }
 
@@ -382,7 +385,8 @@ void np_graphs_on_call(struct np_graphs *g, const struct np_probe_def *def,
         break;
     case NP_GOP_EXEC_DESTROY:
         if (ok) {
-            g->stats.execs_destroyed += np_map_get_u64(&g->execs, a[0]) != NULL;
+            g->stats.execs_destroyed += np_map_get_u64(&g->execs, a[0]) != NULL ||
+                                        np_map_del_u64(&g->unseen_execs, a[0]) != NULL;
             drop_nodes(&g->execs, a[0]);
         }
         break;
@@ -422,12 +426,10 @@ struct np_graph_nodes *np_graphs_replay(struct np_graphs *g, uint64_t exec, cons
         return n;
     }
     g->stats.replays_unknown++;
-    bool seen = false;
-    for (size_t i = 0; !seen && i < g->execs.cap; i++)
-        seen = g->execs.slots[i].used && g->execs.slots[i].ikey == exec;
-    *why = n      ? "its graph has no captured kernel"
-           : seen ? "its graph was not captured while traced (or was built node by node)"
-                  : "the graph was instantiated before ncclprobe attached";
+    *why = n ? "its graph has no captured kernel"
+           : np_map_get_u64(&g->unseen_execs, exec)
+               ? "its graph was not captured while traced (or was built node by node)"
+               : "the graph was instantiated before ncclprobe attached";
     return NULL;
 }
 

@@ -74,13 +74,14 @@ struct np_graph_stats {
 };
 
 struct np_graphs {
-    struct np_map captures; /* capture id -> struct np_capture * */
-    struct np_map streams;  /* stream key -> capture id */
-    struct np_map events;   /* event -> capture id it was recorded in */
-    struct np_map graphs;   /* CUgraph -> struct np_graph_nodes * */
-    struct np_map execs;    /* CUgraphExec -> struct np_graph_nodes * (NULL: capture unseen) */
-    struct np_map stacks;   /* hash of detailed text -> struct np_graph_stack * chain */
-    struct np_map lists;    /* id -> every struct np_graph_nodes alive (outputs hold some) */
+    struct np_map captures;     /* capture id -> struct np_capture * */
+    struct np_map streams;      /* stream key -> capture id */
+    struct np_map events;       /* event -> capture id it was recorded in */
+    struct np_map graphs;       /* CUgraph -> struct np_graph_nodes * */
+    struct np_map execs;        /* CUgraphExec -> struct np_graph_nodes * */
+    struct np_map unseen_execs; /* CUgraphExec instantiated from a graph not seen captured */
+    struct np_map stacks;       /* hash of detailed text -> struct np_graph_stack * chain */
+    struct np_map lists;        /* id -> every struct np_graph_nodes alive (outputs hold some) */
     uint64_t next_capture_id, next_nodes_id;
     uint64_t nodes_live, node_bytes; /* nodes held, and what they take (not their stacks) */
     uint64_t stack_bytes;            /* interned capture stacks */

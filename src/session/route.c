@@ -40,15 +40,20 @@ static void new_mapping(struct np_ingest *in, struct np_ingest_proc *p, uint64_t
     np_session_on_new_mapping(session_of(in), np_target_of_ingest(p), ts_ns);
 }
 
+/* Whether the process's CUPTI library sends GPU records for its launches -
+ * or is being brought in: when it comes it names kernels whose handles were
+ * made before we attached. */
+static bool gpu_records_come(const struct np_session *s, const struct np_target *t) {
+    bool coming = t->agent.requested && !t->agent.done;
+    return s->gpu_join && (t->proc.gpu_marker || coming) && !t->gpu_off;
+}
+
 /* A launch of a process whose CUPTI library sends GPU records waits in the
  * join for them (and is written when they are in); any other is written now. */
 static void write_launch(struct np_session *s, struct np_target *t, struct np_output *out,
                          const struct np_launch *l, const struct np_stack_texts *stack,
                          const char *kernel) {
-    /* held too while the library is being brought in: when it comes it names
-     * kernels whose handles were made before we attached */
-    bool coming = t->agent.requested && !t->agent.done;
-    bool hold = s->gpu_join && (t->proc.gpu_marker || coming) && !t->gpu_off && !l->nested;
+    bool hold = gpu_records_come(s, t) && !l->nested;
     uint64_t sid = np_output_launch(out, l, stack, kernel, hold ? &s->held : NULL);
     if (!hold)
         return;
@@ -95,9 +100,7 @@ static void write_graph_launch(struct np_session *s, struct np_target *t, struct
                                const char *kernel) {
     const char *why = NULL;
     struct np_graph_nodes *nodes = np_graphs_replay(&t->graphs, l->func, &why);
-    bool held = s->gpu_join && (t->proc.gpu_marker || (t->agent.requested && !t->agent.done)) &&
-                !t->gpu_off;
-    if (held)
+    if (gpu_records_come(s, t))
         write_launch(s, t, out, l, stack, kernel);
     else if (nodes)
         np_output_graph_replay(out, l, stack, kernel, nodes);

@@ -259,7 +259,7 @@ static void graphs_json(const struct np_target *t, cJSON *g) {
     np_json_add_u64(g, "graph_launches_capture_unseen", st->replays_unknown);
     np_json_add_u64(g, "replayed_kernels", st->replayed_kernels);
     np_json_add_u64(g, "graphs_live", t->graphs.graphs.count);
-    np_json_add_u64(g, "execs_live", t->graphs.execs.count);
+    np_json_add_u64(g, "execs_live", t->graphs.execs.count + t->graphs.unseen_execs.count);
     np_json_add_u64(g, "nodes_live", t->graphs.nodes_live);
     np_json_add_u64(g, "node_bytes", t->graphs.node_bytes);
     np_json_add_u64(g, "capture_stack_bytes", t->graphs.stack_bytes);

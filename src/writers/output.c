@@ -421,6 +421,18 @@ static void add_merged(struct np_output *o, uint64_t sid, const char *leaf, uint
 
 /* A written (outermost) launch under its kernel's final name: counted in
  * launches.folded and by kernel, and its stacks.ext.folded line. */
+/* The launch's stacks.ext.folded line: "PREFIX stack;[GPU_Kernel]leaf". */
+static void write_ext_line(struct np_output *o, uint64_t sid, const char *ext_prefix,
+                           const char *leaf) {
+    const char *stack = sid >= 1 && sid < o->next_stack_id ? o->stacks[sid - 1] : "";
+    struct np_str *line = &o->ext;
+    np_str_reset(line);
+    np_str_append(line, ext_prefix);
+    np_str_append(line, stack); /* long: copied, not formatted */
+    np_str_appendf(line, "%s" NP_LEAF_KERNEL "%s\n", *stack ? ";" : "", leaf);
+    write_line(o, EXT_FOLDED, line);
+}
+
 static void count_launch(struct np_output *o, uint64_t sid, const char *ext_prefix,
                          const char *kernel) {
     o->totals.launches++;
@@ -431,13 +443,7 @@ static void count_launch(struct np_output *o, uint64_t sid, const char *ext_pref
     np_str_appendf(s, "%" PRIu64 ";%s", sid, leaf); /* the stack by id: a short key */
     bump(o, &o->folded_counts, np_str_cstr(s));
     bump(o, &o->kernel_counts, leaf);
-    const char *stack = sid >= 1 && sid < o->next_stack_id ? o->stacks[sid - 1] : "";
-    struct np_str *line = &o->ext;
-    np_str_reset(line);
-    np_str_append(line, ext_prefix);
-    np_str_append(line, stack); /* long: copied, not formatted */
-    np_str_appendf(line, "%s" NP_LEAF_KERNEL "%s\n", *stack ? ";" : "", leaf);
-    write_line(o, EXT_FOLDED, line);
+    write_ext_line(o, sid, ext_prefix, leaf);
 }
 
 /* launches.jsonl's line of a launch written now; extra: more members. */
@@ -571,15 +577,13 @@ void np_output_graph_replay(struct np_output *o, const struct np_launch *l,
         return;
     }
     o->totals.launches++;
-    struct np_str *line = &o->ext;
-    np_str_reset(line);
-    render_ext_prefix(line, l);
-    const char *stack = sid >= 1 && sid < o->next_stack_id ? o->stacks[sid - 1] : "";
+    struct np_str prefix;
+    np_str_init(&prefix);
+    render_ext_prefix(&prefix, l);
     char leaf[1024];
     np_sanitize_frame(leaf, sizeof(leaf), kernel, false);
-    np_str_append(line, stack);
-    np_str_appendf(line, "%s" NP_LEAF_KERNEL "%s\n", *stack ? ";" : "", leaf);
-    write_line(o, EXT_FOLDED, line);
+    write_ext_line(o, sid, np_str_cstr(&prefix), leaf);
+    np_str_free(&prefix);
     struct replay_batch *b = replay_batch(o, l->ev->hdr.pid, nodes, sid, texts);
     if (b)
         b->count++;
