@@ -40,11 +40,13 @@ needs_real_cupti = pytest.mark.skipif(not REAL_CUPTI.exists(), reason=f"no {REAL
 SUCCESS, INVALID_PARAMETER, INVALID_OPERATION = 0, 1, 7
 PARAMETER_SIZE_NOT_SUFFICIENT, MAX_LIMIT_REACHED, INVALID_KIND = 10, 12, 21
 NOT_SUPPORTED, MULTIPLE_SUBSCRIBERS = 27, 39
-DRIVER, RUNTIME = 1, 2  # callback domains
+DRIVER, RUNTIME, RESOURCE = 1, 2, 3  # callback domains
 KIND_MEMCPY, KIND_MEMSET, KIND_KERNEL, KIND_DRIVER, KIND_RUNTIME = 1, 2, 3, 4, 5
 KIND_CONCURRENT_KERNEL = 10
 CBID_LAUNCH, CBID_GRAPH, CBID_MEMCPY_ASYNC, CBID_MEMSET_ASYNC = 211, 311, 41, 51
-CBID_CU_LAUNCH = 307
+CBID_CU_LAUNCH, CBID_CU_GRAPH_LAUNCH = 307, 514
+CONTEXT_DESTROY_STARTING, GRAPHNODE_CREATED, GRAPHNODE_CLONED = 4, 13, 20  # resource cbids
+NODE_TYPE_KERNEL, NODE_TYPE_MEMSET = 0, 2  # CUgraphNodeType
 RECORD_SIZE = {KIND_CONCURRENT_KERNEL: 216, KIND_KERNEL: 216, KIND_MEMCPY: 96,
                KIND_MEMSET: 88, KIND_RUNTIME: 40, KIND_DRIVER: 40}
 FAKE_CLOCK_START, FAKE_CLOCK_STEP = 1000000, 1000  # the check's `tsclock`
@@ -52,13 +54,18 @@ FAKE_CLOCK_START, FAKE_CLOCK_STEP = 1000000, 1000  # the check's `tsclock`
 
 # ---- the double, through cupti_replay_check ------------------------------------------------
 
-def check(*steps, env=None, lib=None):
-    """Runs cupti_replay_check with these steps; returns its JSON lines."""
+def check_with_stderr(*steps, env=None, lib=None):
+    """Runs cupti_replay_check with these steps; returns its JSON lines and its stderr."""
     argv = [str(CHECK)] + (["--lib", str(lib)] if lib else []) + [str(s) for s in steps]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=30,
                           env={**os.environ, **(env or {})})
     assert proc.returncode == 0, proc.stderr
-    return [json.loads(line) for line in proc.stdout.splitlines()]
+    return [json.loads(line) for line in proc.stdout.splitlines()], proc.stderr
+
+
+def check(*steps, env=None, lib=None):
+    """Runs cupti_replay_check with these steps; returns its JSON lines."""
+    return check_with_stderr(*steps, env=env, lib=lib)[0]
 
 
 def ops(lines, op):
@@ -313,10 +320,13 @@ def test_walk_edge_cases():
     }
 
 
-# Steps the real libcupti answers without a GPU or driver.
-DRIVER_FREE = WALKS + ["result:0", "result:12", "result:36", "result:39", "result:46",
-                       "result:47", "result:999", "result_null", "now_null", "dropped_null",
-                       "register_null", "tsclock_null", "cb_bad"]
+# Steps the real libcupti answers without a GPU or driver (a graph id of a NULL handle, or into
+# a NULL pointer; of any other handle it says CUPTI_ERROR_UNKNOWN there: no driver).
+GRAPH_ID_NULLS = ["getnode:0", "getnode:0:null", "getnode:0x1234:null", "getgraph:0",
+                  "getgraph:0:null", "getgraph:0x1234:null"]
+DRIVER_FREE = WALKS + GRAPH_ID_NULLS + [
+    "result:0", "result:12", "result:36", "result:39", "result:46", "result:47", "result:999",
+    "result_null", "now_null", "dropped_null", "register_null", "tsclock_null", "cb_bad"]
 
 
 @needs_real_cupti
@@ -402,6 +412,156 @@ def test_flush_from_inside_a_callback():
     assert [r["corr"] for r in scripted(out)] == [7]
     kinds = [x.get("ev") or x.get("op") for x in out]
     assert kinds.index("record") < kinds.index("api")  # delivered during the call
+
+
+# ---- graph ids, resource callbacks, calls in two halves -------------------------------------
+
+def test_graph_ids_as_registered():
+    out = check("nodeid:0x1000:101", "nodeid:0x1008:102", "graphid:0x2000:1",
+                "getnode:0x1000", "getnode:0x1008", "getgraph:0x2000",
+                "getnode:0x2000", "getgraph:0x1000", "getnode:0x1010",   # never registered
+                *GRAPH_ID_NULLS,
+                "nodeid:0x1000:555", "getnode:0x1000",                  # registered again
+                "nodeid:0:9", "getnode:0",                              # NULL is never one
+                "graphid:0x3000:4294967295", "getgraph:0x3000",
+                "finalize", "getnode:0x1008", "getgraph:0x2000")        # the driver's: kept
+    got = [(x["op"], x["handle"], x["rc"], x["id"]) for x in out if x["op"] != "finalize"]
+    assert got == [
+        ("getnode", 0x1000, SUCCESS, 101), ("getnode", 0x1008, SUCCESS, 102),
+        ("getgraph", 0x2000, SUCCESS, 1),
+        ("getnode", 0x2000, INVALID_PARAMETER, 77), ("getgraph", 0x1000, INVALID_PARAMETER, 77),
+        ("getnode", 0x1010, INVALID_PARAMETER, 77),
+        ("getnode", 0, INVALID_PARAMETER, 77), ("getnode", 0, INVALID_PARAMETER, 77),
+        ("getnode", 0x1234, INVALID_PARAMETER, 77), ("getgraph", 0, INVALID_PARAMETER, 77),
+        ("getgraph", 0, INVALID_PARAMETER, 77), ("getgraph", 0x1234, INVALID_PARAMETER, 77),
+        ("getnode", 0x1000, SUCCESS, 555), ("getnode", 0, INVALID_PARAMETER, 77),
+        ("getgraph", 0x3000, SUCCESS, 2**32 - 1),
+        ("getnode", 0x1008, SUCCESS, 102), ("getgraph", 0x2000, SUCCESS, 1)]
+
+
+def test_graph_id_of_registered_handle_into_null_pointer():
+    out = check("nodeid:0x1000:101", "graphid:0x2000:1", "getnode:0x1000:null",
+                "getgraph:0x2000:null")
+    assert [(x["rc"], x["id"]) for x in out] == [(INVALID_PARAMETER, 77)] * 2
+
+
+def resources(out):
+    return events(out, "resource")
+
+
+CREATED_0 = f"resource:{GRAPHNODE_CREATED}:0:0x2000:0x1000"          # graph, node
+CLONED_0 = f"resource:{GRAPHNODE_CLONED}:0:0x3000:0x1100:0x2000:0x1000:0x4000"
+
+
+def test_resource_callbacks_only_when_enabled():
+    ids = ["nodeid:0x1000:101", "nodeid:0x1100:1001", "graphid:0x2000:1", "graphid:0x3000:2"]
+    out = check(*ids, CREATED_0,                                        # nobody subscribed
+                *SETUP, CREATED_0,                                      # not enabled
+                f"cb:{RESOURCE}:{GRAPHNODE_CREATED}", CREATED_0,        # 1: enabled
+                CLONED_0,                                               # another cbid: not
+                f"cb:{RUNTIME}:{CBID_LAUNCH}", f"cb:{DRIVER}:{GRAPHNODE_CLONED}",
+                CLONED_0,                                               # other domains: not
+                f"domain:{RESOURCE}", CLONED_0,                         # 2: the whole domain
+                f"resource:{CONTEXT_DESTROY_STARTING}:0x77",            # 3
+                f"cb:{RESOURCE}:{GRAPHNODE_CREATED}:0", CREATED_0,      # off again
+                f"domain:{RESOURCE}:0", CLONED_0, "subscribe:again")
+    assert [r["cbid"] for r in ops(out, "resource")] == [GRAPHNODE_CREATED] * 3 + [
+        GRAPHNODE_CLONED] * 3 + [CONTEXT_DESTROY_STARTING, GRAPHNODE_CREATED, GRAPHNODE_CLONED]
+    assert events(out, "callback") == []
+    created, cloned, destroy = resources(out)
+    assert created == {"ev": "resource", "cbid": GRAPHNODE_CREATED, "context": 0, "stream": 0,
+                       "tid": created["tid"], "descriptor": 1, "graph": 0x2000,
+                       "original_graph": 0, "node": 0x1000, "original_node": 0,
+                       "node_type": NODE_TYPE_KERNEL, "dependency": 0, "graph_exec": 0,
+                       # asked from inside the callback: the double's lock is not held
+                       "node_rc": SUCCESS, "node_id": 101, "graph_rc": SUCCESS, "graph_id": 1}
+    assert (cloned["graph"], cloned["node"], cloned["original_graph"], cloned["original_node"],
+            cloned["graph_exec"], cloned["node_id"], cloned["graph_id"]) == (
+        0x3000, 0x1100, 0x2000, 0x1000, 0x4000, 1001, 2)
+    assert (destroy["cbid"], destroy["context"], destroy["stream"], destroy["descriptor"]) == (
+        CONTEXT_DESTROY_STARTING, 0x77, 0, 0)
+    # on the scripting thread
+    assert {r["tid"] for r in resources(out)} == {created["tid"]}
+
+
+def test_resource_callback_passes_the_descriptor_as_given():
+    out = check(*SETUP, f"cb:{RESOURCE}:{GRAPHNODE_CREATED}",
+                f"resource:{GRAPHNODE_CREATED}:0x55:0x2000:0x1000:0:0:0:{NODE_TYPE_MEMSET}:0x999")
+    r, = resources(out)
+    assert (r["context"], r["node_type"], r["dependency"]) == (0x55, NODE_TYPE_MEMSET, 0x999)
+    assert (r["node_rc"], r["graph_rc"]) == (INVALID_PARAMETER, INVALID_PARAMETER)  # unregistered
+
+
+def test_enter_exit_nest_with_resources_between():
+    """A runtime call around a driver call that makes a graph node (a captured launch)."""
+    out = check(*SETUP, "tsclock", f"domain:{RUNTIME}", f"domain:{DRIVER}", f"domain:{RESOURCE}",
+                f"rtapi:{CBID_LAUNCH}", f"drvapi:{CBID_CU_LAUNCH}",
+                f"enter:{RUNTIME}:{CBID_LAUNCH}:cudaLaunchKernel:_Z3foov",
+                f"enter:{DRIVER}:{CBID_CU_LAUNCH}:cuLaunchKernel:_Z3foov",
+                "nodeid:0x1000:101", CREATED_0,
+                "exit:2:0", "exit:1:3", "flush")
+    assert [x["corr"] for x in ops(out, "enter")] == [1, 2]
+    seq = [(x["ev"], x.get("corr", x.get("cbid")), x.get("site")) for x in out
+           if x.get("ev") in ("callback", "resource")]
+    assert seq == [("callback", 1, "enter"), ("callback", 2, "enter"),
+                   ("resource", GRAPHNODE_CREATED, None),
+                   ("callback", 2, "exit"), ("callback", 1, "exit")]
+    calls = events(out, "callback")
+    assert [(c["domain"], c["cbid"], c["function"], c["symbol"]) for c in calls] == [
+        (RUNTIME, CBID_LAUNCH, "cudaLaunchKernel", "_Z3foov"),
+        (DRIVER, CBID_CU_LAUNCH, "cuLaunchKernel", "_Z3foov"),
+        (DRIVER, CBID_CU_LAUNCH, "cuLaunchKernel", "_Z3foov"),
+        (RUNTIME, CBID_LAUNCH, "cudaLaunchKernel", "_Z3foov")]
+    # each call keeps its own correlationData from ENTER to EXIT, and gets its return value
+    exits = [c for c in calls if c["site"] == "exit"]
+    assert [(c["correlation_data"], c["return_value"]) for c in exits] == [(2007, 0), (1007, 3)]
+    # API records: the inner call's first (it ended first), each from its ENTER to its EXIT
+    inner, outer = [r for r in scripted(out) if r["kind"] in (KIND_RUNTIME, KIND_DRIVER)]
+    assert [(r["kind"], r["cbid"], r["corr"], r["return_value"]) for r in (inner, outer)] == [
+        (KIND_DRIVER, CBID_CU_LAUNCH, 2, 0), (KIND_RUNTIME, CBID_LAUNCH, 1, 3)]
+    assert outer["start"] < inner["start"] < inner["end"] < outer["end"]
+
+
+def test_exit_must_close_the_innermost_call_of_its_thread():
+    out, err = check_with_stderr(
+        *SETUP, f"domain:{RUNTIME}", f"enable:{KIND_RUNTIME}",
+        f"enter:{RUNTIME}:{CBID_LAUNCH}", f"enter:{RUNTIME}:{CBID_GRAPH}",
+        "exit:1",           # not the innermost: ignored
+        "exit_thread:2",    # the innermost, but of another thread: ignored
+        "exit:2", "exit:2",  # the second: closed already
+        f"api:{RUNTIME}:{CBID_MEMCPY_ASYNC}",  # a whole call nested in the open one
+        "exit:1", "exit:1", "flush")
+    got = [(c["corr"], c["site"]) for c in events(out, "callback")]
+    assert got == [(1, "enter"), (2, "enter"), (2, "exit"), (3, "enter"), (3, "exit"),
+                   (1, "exit")]
+    assert [r["corr"] for r in scripted(out)] == [2, 3, 1]
+    assert err.count("cupti_replay_api_exit") == 4, err
+    assert "cupti_replay_api_exit(1): the innermost open call of this thread is 2" in err
+    assert "cupti_replay_api_exit(2): no call open on this thread" in err
+
+
+def test_calls_open_at_most_eight_deep():
+    enters = [f"enter:{DRIVER}:{CBID_CU_LAUNCH}"] * 9
+    exits = [f"exit:{corr}" for corr in range(8, 0, -1)]
+    out, err = check_with_stderr(*SETUP, f"domain:{DRIVER}", *enters, *exits,
+                                 f"api:{DRIVER}:{CBID_CU_LAUNCH}")
+    assert [x["corr"] for x in ops(out, "enter")] == [1, 2, 3, 4, 5, 6, 7, 8, 0]
+    assert "8 calls open on this thread already" in err
+    got = [(c["corr"], c["site"]) for c in events(out, "callback")]
+    assert got == [(c, "enter") for c in range(1, 9)] + [(c, "exit") for c in range(8, 0, -1)] + [
+        (9, "enter"), (9, "exit")]
+
+
+def test_calls_open_on_threads_of_their_own():
+    """Each thread's open calls are its own: 8 threads in calls at once, each EXIT closing
+    the call its thread entered last."""
+    out = check(*SETUP, f"domain:{RUNTIME}", "threads:8:20")
+    per_thread = {}
+    for c in events(out, "callback"):
+        per_thread.setdefault(c["tid"], []).append((c["corr"], c["site"]))
+    assert len(per_thread) == 8
+    for seq in per_thread.values():
+        assert seq == [(corr, site) for corr, _ in seq[::2] for site in ("enter", "exit")]
 
 
 # ---- libncclprobe_cupti.so through cupti_app ------------------------------------------------
@@ -559,3 +719,73 @@ def shape(calls):
     """The calls without their times and threads."""
     return [(c["api"], c["correlation_id"], c.get("grid"),
              [(g["type"], g.get("name"), g["graph_node_id"]) for g in c["gpu"]]) for c in calls]
+
+
+# ---- cupti_app --scenario capture: a CUDA graph captured through the driver double ---------
+
+CAPTURED = [("attn_kernel", "capture_attention"), ("gemm_kernel", "capture_mlp"),
+            ("mlp_kernel", "capture_mlp"), ("gemm_kernel", "capture_proj")]
+
+
+def capture_truth(tmp_path, *args):
+    truth = tmp_path / "capture.jsonl"
+    proc = subprocess.run([str(APP), "--scenario", "capture", "--expect", str(truth), *args],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc, read_jsonl(truth)
+
+
+@pytest.mark.parametrize("announced", [True, False])
+def test_capture_scenario_truth(tmp_path, announced):
+    proc, rows = capture_truth(tmp_path, "--iters", "3", *([] if announced else
+                                                           ["--no-graph-nodes"]))
+    assert f"scenario=capture calls={4 + 1 + 3}" in proc.stdout
+    captured = [r for r in rows if r.get("captured")]
+    eager = [r for r in rows if r.get("api") == "cuLaunchKernel" and not r.get("captured")]
+    replays = [r for r in rows if r.get("api") == "cuGraphLaunch"]
+    assert rows[-1] == {"dropped": 0} and len(rows) == 4 + 1 + 3 + 1
+    assert [(r["kernel"], r["capture_site"]) for r in captured] == CAPTURED
+    assert [r["graph_node_id"] for r in captured] == ([101, 102, 103, 104] if announced
+                                                      else [0] * 4)
+    assert all(r["gpu"] == [] for r in captured)
+    assert [r["correlation_id"] for r in rows[:-1]] == list(range(1, 9))
+    e, = eager
+    assert [(g["name"], g["graph_id"], g["graph_node_id"]) for g in e["gpu"]] == [
+        ("mlp_kernel", 0, 0)]
+    assert [r["replay"] for r in replays] == [0, 1, 2]
+    durations = []
+    for r in replays:
+        assert [(g["name"], g["capture_site"], g["graph_id"], g["graph_node_id"], g["device"],
+                 g["stream"]) for g in r["gpu"]] == [
+            (k, site, 2, 1001 + i, 0, 9) for i, (k, site) in enumerate(CAPTURED)]
+        starts = [g["start_ns"] for g in r["gpu"]]
+        order = sorted(range(4), key=lambda i: starts[i])
+        # with the nodes announced, capture_proj's gemm runs before capture_mlp's
+        assert order == ([0, 3, 1, 2] if announced else [0, 1, 2, 3])
+        durations += [g["end_ns"] - g["start_ns"] for g in r["gpu"]]
+    durations += [g["end_ns"] - g["start_ns"] for g in e["gpu"]]
+    assert len(set(durations)) == len(durations)
+    # replays on one stream one after another
+    spans = [(min(g["start_ns"] for g in r["gpu"]), max(g["end_ns"] for g in r["gpu"]))
+             for r in replays]
+    assert all(a[1] < b[0] for a, b in zip(spans, spans[1:]))
+    assert {r["tid"] for r in rows[:-1]} == {proc_tid(proc)}
+
+
+def proc_tid(proc):
+    return int(proc.stdout.split("tid=")[1].split()[0])
+
+
+@needs_injection
+@pytest.mark.parametrize("announced", [True, False])
+def test_capture_scenario_trace(tmp_path, announced):
+    """The library in file mode sees every driver call and every record of the capture
+    scenario (captured launches have none)."""
+    run = run_app(tmp_path, "--scenario", "capture", "--iters", 4,
+                  *([] if announced else ["--no-graph-nodes"]))
+    trace = run.trace
+    driver = sorted((e["args"]["correlationId"], e["name"], e["tid"])
+                    for e in trace["traceEvents"] if e["cat"] == "CUDA_Driver")
+    assert driver == sorted((c["correlation_id"], c["api"], c["tid"]) for c in run.calls)
+    assert actual_gpu_events(trace) == expected_gpu_events(run.calls)
+    assert trace["otherData"]["dropped_records"] == 0

@@ -283,3 +283,108 @@ def test_the_daemon_keeps_captures_made_while_it_records_nothing(tmp_path):
                 i = frames.index(CAPTURE)
                 got[(frames[i - 2], rest[-3], kernel)] += n
     assert got == want
+
+
+# ---- with the CUPTI library: every replayed GPU record under its capture line ----
+#
+# cupti_app --scenario capture (tests/progs/README.md) captures four kernel
+# launches from three lines through the CUDA driver TEST DOUBLE, instantiates
+# and replays the graph; the CUPTI TEST DOUBLE plays the node callbacks
+# (created inside each captured launch, cloned at instantiate) and each
+# replay's kernel records, with the clone's node id, queued last node first.
+# Both gemm_kernel nodes (capture_mlp, capture_proj) run in the opposite
+# order to their capture: only the node ids can tell them apart. Its
+# --expect file is the truth.
+
+from lib.cupti_app import record_cupti_app  # noqa: E402
+from lib.jsonl import outer_launches, read_jsonl, read_stacks  # noqa: E402
+from lib.skip import needs_replay  # noqa: E402
+
+CAPTURE_TAIL = ["capture_launch", "cuLaunchKernel"]
+
+
+def replay_truth(expect):
+    """(captured launch lines, replayed records) of the --expect file."""
+    rows = read_jsonl(expect)
+    captured = [r for r in rows if r.get("captured")]
+    replayed = [g for r in rows if r.get("api") == "cuGraphLaunch" for g in r["gpu"]]
+    return captured, replayed
+
+
+def capture_site(frames):
+    """The capture-time line of a replayed stack: the frame that called
+    capture_launch, below [graph capture] (None if it is no replay)."""
+    if CAPTURE not in frames:
+        return None
+    capture = [f.split(" (")[0] for f in frames[frames.index(CAPTURE) + 1:]
+               if not f.startswith("[GPU_")]
+    assert capture[-2:] == CAPTURE_TAIL and capture[0] == "capture_model", frames
+    return capture[-3]
+
+
+def check_replayed_records(out, expect, by):
+    """Each replayed record of the truth is in launches.jsonl once, tied
+    `by` to the stack of its own capture site; merged.gpu_ns.folded,
+    merged.folded and launches.folded count it there."""
+    _, replayed = replay_truth(expect)
+    stacks = read_stacks(out)
+    got = {}
+    for launch in outer_launches(out):
+        if launch["api"] == "cuGraphLaunch":
+            for r in launch["gpu"]:
+                got[(r["graph_node_id"], r["start_ns"])] = r
+    assert len(got) == len(replayed) > 0
+    want_ns, want_count = Counter(), Counter()
+    for want in replayed:
+        mine = got[(want["graph_node_id"], want["start_ns"])]
+        assert mine["end_ns"] == want["end_ns"] and mine["name"] == want["name"]
+        assert mine["capture_by"] == by, mine
+        frames = [f.split(" (")[0] for f in stacks[mine["capture_stack_id"]]]
+        assert capture_site(frames) == want["capture_site"], frames
+        assert frames[frames.index(CAPTURE) - 1] == "cuGraphLaunch"
+        assert "replay_step" in frames[:frames.index(CAPTURE)]
+        key = (want["capture_site"], "[GPU_Kernel]" + want["name"])
+        want_ns[key] += want["end_ns"] - want["start_ns"]
+        want_count[key] += 1
+    for name, want in (("merged.gpu_ns.folded", want_ns), ("merged.folded", want_count),
+                       ("launches.folded", want_count)):
+        counted = Counter()
+        for frames, n in folded(out / name).items():
+            if "replay_step" in frames:
+                assert CAPTURE in frames, (name, frames)  # nothing left under the replay
+                counted[(capture_site(frames), frames[-1])] += n
+        assert counted == want, name
+    return replayed
+
+
+@needs_replay
+def test_cupti_replays_are_tied_to_their_capture_by_node_id(tmp_path):
+    iters = 25
+    out, expect, _ = record_cupti_app(tmp_path, ["--scenario", "capture", "--iters", str(iters)])
+    replayed = check_replayed_records(out, expect, "node")
+    captured, _ = replay_truth(expect)
+    # the captured launches ran nothing: in launches.jsonl, never counted
+    got_captured = [r for r in outer_launches(out) if r.get("captured")]
+    assert [(r["kernel"], r["grid"]) for r in got_captured] == \
+        [(c["kernel"], c["grid"]) for c in captured]
+    g = json.loads((out / "summary.json").read_text())["targets"][0]["graphs"]
+    assert g["replay_records_by_node"] == g["replayed_kernels"] == len(replayed) == 4 * iters
+    assert g["replay_records_by_kernel_order"] == g["replay_records_not_tied"] == 0
+    assert g["cupti_nodes"] == 2 * len(captured)  # created, then cloned
+    gpu = json.loads((out / "summary.json").read_text())["gpu"]
+    assert gpu["markers_unpaired"] == 0 and gpu["launches_pending"] == 0
+    # the eager launch keeps its own stack
+    eager = folded(out / "merged.folded")
+    assert sum(n for f, n in eager.items() if "eager_after" in f) == 1
+
+
+@needs_replay
+def test_cupti_replays_without_node_ids_are_tied_by_kernel_order(tmp_path):
+    """The library never saw the nodes made (no GRAPHNODE callbacks: a
+    library injected after the capture, its node entries lost): the records
+    are tied by kernel name in capture order, and said to be."""
+    out, expect, _ = record_cupti_app(
+        tmp_path, ["--scenario", "capture", "--iters", "10", "--no-graph-nodes"])
+    replayed = check_replayed_records(out, expect, "kernel_order")
+    g = json.loads((out / "summary.json").read_text())["targets"][0]["graphs"]
+    assert g["replay_records_by_kernel_order"] == len(replayed) and g["cupti_nodes"] == 0

@@ -7,6 +7,8 @@ what fired, to answer what no CPU-only test can:
 - a CUDA graph capture + replays: what cudaGraphLaunch looks like, and
   (issue 20) every replayed kernel under the line that captured it - the
   model line `eager_step`'s matmul and softmax, inside `with torch.cuda.graph`;
+  and under `record --cupti`, every replayed kernel record tied to its node by
+  CUPTI's node id, with its GPU time under that line;
 - a torch.compile'd (Triton) function: Triton launches through cuLaunchKernel;
 - torch.distributed with NCCL, world size 1: what the NCCL probes see;
 - whether libcudart's launches reach libcuda's exported cuLaunchKernel*
@@ -201,6 +203,38 @@ def graph_check(rec):
     return lines, ok
 
 
+def graph_gpu_check(args, out):
+    """With the CUPTI library from the start (record --cupti): every kernel
+    record of a graph replay is tied to its node by CUPTI's node id and sits,
+    with its GPU time, under `eager_step`'s line below `[graph capture]`."""
+    script = out / "workload.py"
+    rec = out / "rec_cupti"
+    proc = subprocess.run([args.ncclprobe, "record", "--cupti", "-o", str(rec), "--",
+                           args.python, str(script)], capture_output=True, text=True,
+                          timeout=900)
+    launches = [json.loads(l) for l in (rec / "launches.jsonl").read_text().splitlines() if l]
+    stacks = {s["stack_id"]: s["frames"]
+              for s in map(json.loads, (rec / "stacks.jsonl").read_text().splitlines())}
+    graphs = [l for l in launches if l["api"].startswith(("cudaGraphLaunch", "cuGraphLaunch"))]
+    records = [r for l in graphs for r in l.get("gpu", []) if r.get("type") == "kernel"]
+    by = collections.Counter(r.get("capture_by", "not tied") for r in records)
+    sites = collections.Counter()
+    for r in records:
+        frames = stacks.get(r.get("capture_stack_id"), [])
+        capture = frames[frames.index("[graph capture]") + 1:] if "[graph capture]" in frames else []
+        sites[next((f for f in capture if f.startswith("eager_step (")), None)] += 1
+    gpu_ns_lines = [l for l in (rec / "merged.gpu_ns.folded").read_text().splitlines()
+                    if "[graph capture]" in l and "eager_step (" in l]
+    ok = (proc.returncode == 0 and bool(records) and by.get("node") == len(records) and
+          None not in sites and bool(gpu_ns_lines))
+    return ["## CUDA graph replays with CUPTI node ids (issue 20, `record --cupti`)", "",
+            f"- {'OK' if ok else 'FAILED'}: {len(graphs)} graph launches, {len(records)} "
+            f"kernel records; tied {dict(by)}; capture sites {dict(sites)}; "
+            f"{len(gpu_ns_lines)} merged.gpu_ns.folded lines under eager_step",
+            "", "stderr (last lines):", "```", "\n".join(proc.stderr.strip().splitlines()[-8:]),
+            "```"], ok
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ncclprobe", default=str(Path(__file__).resolve().parent.parent /
@@ -252,6 +286,9 @@ def main():
                          f"({lib['probes_failed']} failed)")
     graph_lines, graph_ok = graph_check(rec)
     lines += [""] + graph_lines
+    cupti_graph_lines, cupti_graph_ok = graph_gpu_check(args, out)
+    lines += [""] + cupti_graph_lines
+    graph_ok = graph_ok and cupti_graph_ok
     live_ok = True
     if not args.skip_live:
         live_lines, live_ok = live_check(args, out)

@@ -34,7 +34,18 @@
  * one, its version, whose record layouts it reads (CUPTI's activity
  * records change with every CUDA release) and what it cannot do with it.
  *
- * Version 1 grew NAMES, CUPTI and the HELLO's origin (formerly padding, so
+ * GRAPH_NODES frames carry `count` struct np_wire_graph_node: CUDA graph
+ * nodes as CUPTI announces them (resource callbacks GRAPHNODE_CREATED and
+ * GRAPHNODE_CLONED). A node made by stream capture is created inside the
+ * captured launch's API call, so its entry names that call's correlation
+ * id - the id whose marker ncclprobe paired with the captured launch and its
+ * stack. Instantiating a graph clones its nodes into the executable graph;
+ * a replay's kernel records carry the clone's id (graphNodeId). Following
+ * clone -> original -> creating call ties every replayed kernel to the line
+ * that captured it, exactly. Entries are sent on the creating (cloning)
+ * thread, at the callback, so they come before any record of a replay.
+ *
+ * Version 1 grew NAMES, CUPTI, GRAPH_NODES and the HELLO's origin (formerly padding, so
  * an older library says 0, "loaded at start") without changing the
  * version: the library and ncclprobe ship together, and an older ncclprobe
  * would refuse a NAMES or CUPTI frame as a bad type.
@@ -54,11 +65,12 @@
 #define NP_WIRE_START 'S' /* ncclprobe -> library, once, on a connection handed over */
 
 enum np_wire_type {
-    NP_WIRE_HELLO = 1,    /* struct np_wire_hello */
-    NP_WIRE_ACTIVITY = 2, /* struct np_wire_activity + records */
-    NP_WIRE_STATS = 3,    /* struct np_wire_stats: totals so far */
-    NP_WIRE_NAMES = 4,    /* struct np_wire_names + entries */
-    NP_WIRE_CUPTI = 5,    /* struct np_wire_cupti: the CUPTI in use */
+    NP_WIRE_HELLO = 1,       /* struct np_wire_hello */
+    NP_WIRE_ACTIVITY = 2,    /* struct np_wire_activity + records */
+    NP_WIRE_STATS = 3,       /* struct np_wire_stats: totals so far */
+    NP_WIRE_NAMES = 4,       /* struct np_wire_names + entries */
+    NP_WIRE_CUPTI = 5,       /* struct np_wire_cupti: the CUPTI in use */
+    NP_WIRE_GRAPH_NODES = 6, /* struct np_wire_graph_nodes + entries */
 };
 
 struct np_wire_header {
@@ -195,11 +207,37 @@ struct np_wire_name {
 
 #define NP_WIRE_NAME_FIXED ((uint32_t)sizeof(struct np_wire_name))
 
-/* ACTIVITY and NAMES frames share their head (header, count, pad). */
+struct np_wire_graph_nodes {
+    struct np_wire_header hdr;
+    uint32_t count; /* entries that follow */
+    uint32_t pad;
+};
+
+enum np_graph_node_event {
+    NP_GRAPH_NODE_CREATED = 1, /* GRAPHNODE_CREATED: by capture, or cuGraphAdd*Node */
+    NP_GRAPH_NODE_CLONED = 2,  /* GRAPHNODE_CLONED: instantiation, graph cloning */
+};
+
+/* One entry of a GRAPH_NODES frame (fixed size). */
+struct np_wire_graph_node {
+    uint64_t node_id;          /* cuptiGetGraphNodeId: what replayed records' graph_node_id say */
+    uint64_t original_node_id; /* CLONED: the node it is a copy of; CREATED: 0 */
+    uint32_t correlation_id;   /* CREATED: the launch API call in progress on the creating
+                                * thread (the outermost), 0: none (a node added explicitly) */
+    uint32_t graph_id;         /* cuptiGetGraphId of the graph holding the node (0: unknown) */
+    uint32_t event;            /* enum np_graph_node_event */
+    uint32_t node_type;        /* CUgraphNodeType (0: kernel) */
+};
+
+/* ACTIVITY, NAMES and GRAPH_NODES frames share their head (header, count, pad). */
 _Static_assert(sizeof(struct np_wire_names) == sizeof(struct np_wire_activity) &&
                    __builtin_offsetof(struct np_wire_names, count) ==
+                       __builtin_offsetof(struct np_wire_activity, count) &&
+                   sizeof(struct np_wire_graph_nodes) == sizeof(struct np_wire_activity) &&
+                   __builtin_offsetof(struct np_wire_graph_nodes, count) ==
                        __builtin_offsetof(struct np_wire_activity, count),
-               "ACTIVITY and NAMES frames have one head");
+               "ACTIVITY, NAMES and GRAPH_NODES frames have one head");
+_Static_assert(sizeof(struct np_wire_graph_node) == 32, "a graph node entry is 32 bytes");
 
 /* A memcpy record's copy_kind as CUPTI names it ("HtoD", ...). */
 static inline const char *np_gpu_copy_kind_name(uint8_t kind) {

@@ -100,6 +100,15 @@
 #define NP_KEY_CONTEXT "context"
 #define NP_KEY_STREAM "stream"
 #define NP_KEY_GRAPH_ID "graph_id"
+#define NP_KEY_GRAPH_NODE_ID "graph_node_id"
+/* A record of a CUDA graph replay whose capture-time launch is known: the
+ * stacks.jsonl id of "replay stack;API;[graph capture];capture frames" (the
+ * stack the record is counted under in merged*.folded), and how the record
+ * was tied to its node: */
+#define NP_KEY_CAPTURE_STACK_ID "capture_stack_id"
+#define NP_KEY_CAPTURE_BY "capture_by"
+#define NP_CAPTURE_BY_NODE "node"          /* CUPTI's graphNodeId: exact */
+#define NP_CAPTURE_BY_ORDER "kernel_order" /* no node ids: kernel name, in capture order */
 
 /* nccl.jsonl (also NP_KEY_TS_NS, _PID, _TID, _STACK_ID, _NCCL_OP) */
 #define NP_KEY_THREAD "thread"

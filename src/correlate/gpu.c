@@ -104,6 +104,8 @@ static void free_launch(struct np_gpu_launch *l) {
     free(l->json);
     free(l->ext);
     free(l->cpu_kernel);
+    if (l->free_extra)
+        l->free_extra(l->extra);
     free(l);
 }
 
@@ -142,9 +144,10 @@ int np_gpu_join_launch(struct np_gpu_join *j, uint32_t pid, uint32_t tid,
     l->cpu_kernel = strdup(held->cpu_kernel);
     if (!l->json || !l->ext || !l->cpu_kernel ||
         np_map_put_u64(&j->by_thread, key_of(pid, tid), l) < 0) {
-        free_launch(l);
+        free_launch(l); /* the extra stays the caller's */
         return -ENOMEM;
     }
+    l->extra = held->extra, l->free_extra = held->free_extra;
     l->prev = j->newest;
     if (j->newest)
         j->newest->next = l;

@@ -39,6 +39,10 @@ struct np_gpu_held {
     uint64_t handle;        /* the function the launch passed: names it late (NAMES frames) */
     uint64_t tag;           /* the caller's, handed back (an NCCL launch's communicator) */
     void *owner; /* the caller's: the writer the launch belongs to (NULL: the only one) */
+    /* the caller's, handed back; once the launch is held the join owns it
+     * and frees it with free_extra (a graph launch's struct np_graph_replay) */
+    void *extra;
+    void (*free_extra)(void *extra);
 };
 /* Stands for the kernel's name in a held launch's JSON: a control byte, which JSON text escapes,
  * so it is never part of what was rendered around it. */
@@ -51,6 +55,8 @@ struct np_gpu_launch {
     uint64_t handle;
     uint64_t tag;
     void *owner;
+    void *extra; /* as in struct np_gpu_held */
+    void (*free_extra)(void *extra);
     uint32_t ids[NP_GPU_MAX_IDS];
     uint32_t nids;
     uint8_t domains_seen; /* CUPTI callback domains that named an id (bit = domain) */
@@ -88,8 +94,9 @@ struct np_gpu_join *np_gpu_join_new(const struct np_gpu_ops *ops, uint64_t linge
 void np_gpu_join_free(struct np_gpu_join *j);
 
 /* A launch of a process whose library will send records: held until they
- * come. Takes copies of held's texts; the rest is handed back at retirement.
- * -ENOMEM: not held (the caller writes it at once). */
+ * come. Takes copies of held's texts, and held->extra; the rest is handed
+ * back at retirement. -ENOMEM: not held (the caller writes it at once, and
+ * keeps its extra). */
 int np_gpu_join_launch(struct np_gpu_join *j, uint32_t pid, uint32_t tid,
                        const struct np_gpu_held *held, bool runtime_api, uint64_t now);
 

@@ -9,6 +9,7 @@
 #include "attach/probes.h"
 #include "ingest/ingest.h"
 #include "ncclprobe/recording.h"
+#include "symbolize/symbolize.h"
 
 #define PER_THREAD_STREAM 0x2 /* cudaStreamPerThread / CU_STREAM_PER_THREAD */
 /* cudaErrorStreamCaptureInvalidated / CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
@@ -196,6 +197,10 @@ void np_graphs_init(struct np_graphs *g) {
     np_map_init(&g->unseen_execs);
     np_map_init(&g->stacks);
     np_map_init(&g->lists);
+    np_map_init(&g->open_nodes);
+    np_map_init(&g->corr_nodes);
+    np_map_init(&g->cupti_created);
+    np_map_init(&g->cupti_clones);
 }
 
 static void capture_free(void *p) {
@@ -216,6 +221,10 @@ void np_graphs_free(struct np_graphs *g) {
     np_map_free(&g->graphs, put_nodes_value);
     np_map_free(&g->execs, put_nodes_value);
     np_map_free(&g->unseen_execs, NULL);
+    np_map_free(&g->open_nodes, NULL);
+    np_map_free(&g->corr_nodes, NULL);
+    np_map_free(&g->cupti_created, NULL);
+    np_map_free(&g->cupti_clones, NULL);
     /* Lists outputs still hold outlive us, and so do their stacks. */
     for (size_t i = 0; i < g->lists.cap; i++)
         if (g->lists.slots[i].used)
@@ -421,7 +430,6 @@ struct np_graph_nodes *np_graphs_replay(struct np_graphs *g, uint64_t exec, cons
     struct np_graph_nodes *n = np_map_get_u64(&g->execs, exec);
     if (n && n->n) {
         g->stats.replays_expanded++;
-        g->stats.replayed_kernels += n->n;
         np_graph_nodes_ref(n);
         return n;
     }
@@ -527,5 +535,223 @@ void np_graph_compose(const struct np_stack_texts *replay, const struct np_graph
     if (*cl) {
         np_str_append(&out->locations, ",");
         np_str_append(&out->locations, cl);
+    }
+}
+
+/* ---- CUPTI's node identity ------------------------------------------------ */
+
+/* A node ref: (list id << INDEX_BITS) | index; never 0 (list ids start at
+ * 1). In open_nodes, the top bits say which CUPTI domains' markers it had. */
+#define INDEX_BITS 20 /* NP_GRAPH_MAX_NODES */
+#define REF_MASK ((1ull << 60) - 1)
+#define REF_DOMAIN_BIT(d) (1ull << (60 + ((d)&3)))
+/* Entries kept per map before the dead ones (of lists gone) are swept, and
+ * after which no more are taken. */
+#define IDENTITY_MAX (2ull * NP_GRAPH_MAX_NODES)
+
+static uint64_t node_ref(const struct np_graph_nodes *n, size_t index) {
+    return (n->id << INDEX_BITS) | index;
+}
+
+static const struct np_graph_node *node_at(const struct np_graphs *g, uint64_t ref) {
+    const struct np_graph_nodes *n = np_map_get_u64(&g->lists, (ref & REF_MASK) >> INDEX_BITS);
+    size_t index = ref & ((1ull << INDEX_BITS) - 1);
+    return n && index < n->n ? &n->v[index] : NULL;
+}
+
+void np_graphs_thread_launch(struct np_graphs *g, uint32_t tid, uint64_t capture) {
+    const struct np_capture *c = capture_by_id(g, capture);
+    if (c && !c->dropped && c->nodes && c->nodes->n) {
+        np_map_put_u64(&g->open_nodes, tid, (void *)(uintptr_t)node_ref(c->nodes, c->nodes->n - 1));
+        return;
+    }
+    if (g->open_nodes.count)
+        np_map_del_u64(&g->open_nodes, tid);
+}
+
+/* Drops the entries of `m` whose node is gone (resolve says), when it is
+ * over the bound; false when it is still full after that. */
+static bool room_in(struct np_graphs *g, struct np_map *m,
+                    bool (*alive)(const struct np_graphs *, uint64_t key, uint64_t value)) {
+    if (m->count < IDENTITY_MAX)
+        return true;
+    for (size_t i = 0; i < m->cap; i++)
+        if (m->slots[i].used &&
+            !alive(g, m->slots[i].ikey, (uint64_t)(uintptr_t)m->slots[i].value)) {
+            np_map_del_u64(m, m->slots[i].ikey);
+            i = (size_t)-1; /* deletion may move entries: start over */
+        }
+    return m->count < IDENTITY_MAX;
+}
+
+static bool ref_alive(const struct np_graphs *g, uint64_t key, uint64_t ref) {
+    (void)key;
+    return node_at(g, ref) != NULL;
+}
+
+bool np_graphs_marker(struct np_graphs *g, uint32_t tid, uint32_t correlation_id, uint32_t domain) {
+    if (!g->open_nodes.count)
+        return false;
+    uint64_t open = (uint64_t)(uintptr_t)np_map_get_u64(&g->open_nodes, tid);
+    if (!open || (open & REF_DOMAIN_BIT(domain)))
+        return false; /* not after a captured launch, or a second call of that kind */
+    np_map_put_u64(&g->open_nodes, tid, (void *)(uintptr_t)(open | REF_DOMAIN_BIT(domain)));
+    if (room_in(g, &g->corr_nodes, ref_alive))
+        np_map_put_u64(&g->corr_nodes, correlation_id, (void *)(uintptr_t)(open & REF_MASK));
+    return true;
+}
+
+/* The captured node of a CUPTI node id, following clones (a clone of a
+ * clone: an exec updated from a cloned graph) a few steps back. */
+const struct np_graph_node *np_graphs_node_of(const struct np_graphs *g, uint64_t node_id) {
+    for (int hop = 0; hop < 8 && node_id; hop++) {
+        uint64_t corr = (uint64_t)(uintptr_t)np_map_get_u64(&g->cupti_created, node_id);
+        if (corr) {
+            uint64_t ref = (uint64_t)(uintptr_t)np_map_get_u64(&g->corr_nodes, corr);
+            return ref ? node_at(g, ref) : NULL;
+        }
+        node_id = (uint64_t)(uintptr_t)np_map_get_u64(&g->cupti_clones, node_id);
+    }
+    return NULL;
+}
+
+static bool cupti_alive(const struct np_graphs *g, uint64_t node_id, uint64_t value) {
+    (void)value;
+    return np_graphs_node_of(g, node_id) != NULL;
+}
+
+void np_graphs_cupti_node(struct np_graphs *g, const struct np_wire_graph_node *e) {
+    bool created = e->event == NP_GRAPH_NODE_CREATED;
+    if (created && !e->correlation_id)
+        return; /* added explicitly, not by a launch: no stack of ours */
+    struct np_map *m = created ? &g->cupti_created : &g->cupti_clones;
+    uint64_t value = created ? e->correlation_id : e->original_node_id;
+    if (!room_in(g, m, cupti_alive) ||
+        np_map_put_u64(m, e->node_id, (void *)(uintptr_t)value) < 0) {
+        g->stats.cupti_nodes_dropped++;
+        return;
+    }
+    g->stats.cupti_nodes++;
+}
+
+/* ---- a replay's GPU records ----------------------------------------------- */
+
+struct np_graph_replay *np_graph_replay_new(struct np_graph_nodes *nodes,
+                                            const struct np_stack_texts *stack) {
+    struct np_graph_replay *r = calloc(1, sizeof(*r));
+    struct np_stack_texts *t = calloc(1, sizeof(*t));
+    if (!r || !t) {
+        free(r), free(t);
+        return NULL;
+    }
+    np_str_init(&t->folded);
+    np_str_init(&t->detailed);
+    np_str_init(&t->locations);
+    np_str_append(&t->folded, np_str_cstr(&stack->folded));
+    np_str_append(&t->detailed, np_str_cstr(&stack->detailed));
+    np_str_append(&t->locations, np_str_cstr(&stack->locations));
+    r->stack = t;
+    np_graph_nodes_ref(nodes);
+    r->nodes = nodes;
+    if (t->folded.failed || t->detailed.failed || t->locations.failed) {
+        np_graph_replay_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+void np_graph_replay_free(void *p) {
+    struct np_graph_replay *r = p;
+    if (!r)
+        return;
+    np_graph_nodes_put(r->nodes);
+    np_str_free(&r->stack->folded);
+    np_str_free(&r->stack->detailed);
+    np_str_free(&r->stack->locations);
+    free(r->stack);
+    free(r);
+}
+
+/* Whether a GPU record's kernel name is the node's (the CPU side may have
+ * it demangled). */
+static bool same_kernel(const char *node_kernel, const struct np_gpu_record *rec) {
+    char name[NP_WIRE_MAX_NAME + 1];
+    memcpy(name, rec->name, rec->name_len);
+    name[rec->name_len] = '\0';
+    if (strcmp(node_kernel, name) == 0)
+        return true;
+    char *short_name = np_demangle_short(name);
+    bool same = short_name && strcmp(node_kernel, short_name) == 0;
+    free(short_name);
+    return same;
+}
+
+/* Records in the order they started (ties: as they came). */
+static int by_start(const void *a, const void *b, void *recs) {
+    struct np_gpu_record *const *r = recs;
+    uint32_t ia = *(const uint32_t *)a, ib = *(const uint32_t *)b;
+    if (r[ia]->start_ns != r[ib]->start_ns)
+        return r[ia]->start_ns < r[ib]->start_ns ? -1 : 1;
+    return ia < ib ? -1 : ia > ib;
+}
+
+/* The records no node id tied, matched to the list's nodes by kernel name,
+ * each node once, in capture order. */
+static void attribute_by_order(const struct np_graph_nodes *list,
+                               struct np_gpu_record *const *records, uint32_t n,
+                               const struct np_graph_node **node, const char **by) {
+    uint32_t *order = calloc(n, sizeof(*order));
+    bool *used = calloc(list->n ? list->n : 1, sizeof(*used));
+    if (!order || !used) {
+        free(order), free(used);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        order[i] = i;
+    qsort_r(order, n, sizeof(*order), by_start, (void *)records);
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t i = order[k];
+        if (node[i] || records[i]->kind != NP_GPU_KERNEL || !records[i]->graph_id)
+            continue;
+        for (size_t j = 0; j < list->n; j++)
+            if (!used[j] && same_kernel(list->v[j].kernel, records[i])) {
+                used[j] = true;
+                node[i] = &list->v[j];
+                by[i] = NP_CAPTURE_BY_ORDER;
+                break;
+            }
+    }
+    free(order);
+    free(used);
+}
+
+void np_graphs_attribute(struct np_graphs *g, const struct np_graph_replay *r,
+                         struct np_gpu_record *const *records, uint32_t n,
+                         const struct np_graph_node **node, const char **by) {
+    bool any_unresolved = false;
+    for (uint32_t i = 0; i < n; i++) {
+        node[i] = NULL;
+        by[i] = NULL;
+        if (g && records[i]->graph_node_id)
+            node[i] = np_graphs_node_of(g, records[i]->graph_node_id);
+        if (node[i])
+            by[i] = NP_CAPTURE_BY_NODE;
+        else
+            any_unresolved = true;
+    }
+    if (any_unresolved && r->nodes)
+        attribute_by_order(r->nodes, records, n, node, by);
+    if (!g)
+        return;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!by[i]) {
+            g->stats.records_unattributed++;
+            continue;
+        }
+        g->stats.replayed_kernels++;
+        if (strcmp(by[i], NP_CAPTURE_BY_NODE) == 0)
+            g->stats.records_by_node++;
+        else
+            g->stats.records_by_order++;
     }
 }

@@ -164,6 +164,8 @@ static void resolve_optional(struct np_cupti_api *api) {
         {"cuptiActivityEnableRuntimeApi", (void **)&api->ActivityEnableRuntimeApi},
         {"cuptiActivityEnableDriverApi", (void **)&api->ActivityEnableDriverApi},
         {"cuptiActivityGetStructSize", (void **)&api->ActivityGetStructSize},
+        {"cuptiGetGraphNodeId", (void **)&api->GetGraphNodeId},
+        {"cuptiGetGraphId", (void **)&api->GetGraphId},
     };
     for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
         *fns[i].slot = dlsym(api->handle, fns[i].name);
@@ -199,6 +201,9 @@ void np_cupti_api_missing(const struct np_cupti_api *api, char *out, size_t size
         {(const void *)api->ActivityEnableDriverApi,
          "no cuptiActivityEnableDriverApi: no CUDA_Driver API events in a trace file "
          "(NCCLPROBE_CUPTI_OUTPUT)"},
+        {(const void *)api->GetGraphNodeId,
+         "no cuptiGetGraphNodeId: CUDA graph replays are tied to their capture by kernel "
+         "order, not by node"},
     };
     for (size_t i = 0; i < sizeof(costs) / sizeof(costs[0]); i++) {
         if (costs[i].fn)

@@ -39,6 +39,10 @@ struct np_cupti_api {
     CUptiResult (*ActivityEnableDriverApi)(CUpti_CallbackId, uint8_t);
     /* optional: 13.2+ (a record's size as this CUPTI writes it; version 0: its own) */
     CUptiResult (*ActivityGetStructSize)(CUpti_ActivityKind, uint32_t, size_t *);
+    /* optional (every CUPTI we serve has them; a stand-in may not): the ids
+     * that replayed records' graphNodeId/graphId carry (graph_nodes.c) */
+    CUptiResult (*GetGraphNodeId)(CUgraphNode, uint64_t *);
+    CUptiResult (*GetGraphId)(CUgraph, uint32_t *);
 };
 
 /* Loads CUPTI, the first of:

@@ -56,6 +56,7 @@
 #include "cupti/activity.h"
 #include "cupti/cupti_api.h"
 #include "cupti/driver.h"
+#include "cupti/graph_nodes.h"
 #include "cupti/launch_api.h"
 #include "cupti/names.h"
 #include "cupti/sink.h"
@@ -104,13 +105,18 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CU
     bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
     if (runtime || domain == CUPTI_CB_DOMAIN_DRIVER_API) {
         const CUpti_CallbackData *cb = data;
-        if (cb && cb->callbackSite == CUPTI_API_ENTER) {
+        if (!cb)
+            return;
+        np_graph_nodes_api(cb->callbackSite, cb->correlationId);
+        if (cb->callbackSite == CUPTI_API_ENTER) {
             ncclprobe_cupti_marker(cb->correlationId, (uint32_t)domain, cbid);
             note_launch_name(runtime, cbid, cb);
         }
-    } else if (domain == CUPTI_CB_DOMAIN_RESOURCE &&
-               cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
-        inj.api.ActivityFlushAll(0); /* the context's records, while it exists */
+    } else if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
+        if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING)
+            inj.api.ActivityFlushAll(0); /* the context's records, while it exists */
+        else
+            np_graph_nodes_resource(&inj.api, cbid, data);
     }
 }
 
@@ -154,6 +160,12 @@ static int check(CUptiResult res, const char *what, char *message, size_t size) 
     return -1;
 }
 
+/* One more line of what is lost in info->degraded. */
+static void degrade(struct np_wire_cupti *info, const char *what) {
+    size_t used = strnlen(info->degraded, sizeof(info->degraded));
+    snprintf(info->degraded + used, sizeof(info->degraded) - used, "%s%s", used ? "\n" : "", what);
+}
+
 static int enable_launch_callbacks(char *message, size_t size) {
     struct np_cupti_api *api = &inj.api;
     for (int runtime = 0; runtime <= 1; runtime++) {
@@ -180,6 +192,27 @@ static int enable_launch_callbacks(char *message, size_t size) {
     return 0;
 }
 
+/* Graph nodes made and cloned (graph_nodes.c); without them replays are
+ * tied to their capture by kernel order (said). */
+static void enable_graph_node_callbacks(struct np_wire_cupti *info) {
+    struct np_cupti_api *api = &inj.api;
+    if (!api->GetGraphNodeId)
+        return; /* np_cupti_api_missing said so */
+    for (size_t i = 0; i < sizeof(np_graph_node_cbids) / sizeof(np_graph_node_cbids[0]); i++) {
+        CUptiResult res = api->EnableCallback(1, inj.subscriber, CUPTI_CB_DOMAIN_RESOURCE,
+                                              np_graph_node_cbids[i]);
+        if (res != CUPTI_SUCCESS) {
+            char buf[32], line[160];
+            snprintf(line, sizeof(line),
+                     "cuptiEnableCallback(graph nodes) failed: %s: CUDA graph replays are tied "
+                     "to their capture by kernel order, not by node",
+                     np_cupti_result(api, res, buf, sizeof(buf)));
+            degrade(info, line);
+            return;
+        }
+    }
+}
+
 /* cuptiActivityGetStructSize for layouts.c: a record's size as this CUPTI
  * writes it, 0 when it cannot say (before 13.2). */
 static uint32_t struct_size(void *ctx, uint32_t kind) {
@@ -190,12 +223,6 @@ static uint32_t struct_size(void *ctx, uint32_t kind) {
         size > UINT32_MAX)
         return 0;
     return (uint32_t)size;
-}
-
-/* One more line of what is lost in info->degraded. */
-static void degrade(struct np_wire_cupti *info, const char *what) {
-    size_t used = strnlen(info->degraded, sizeof(info->degraded));
-    snprintf(info->degraded + used, sizeof(info->degraded) - used, "%s%s", used ? "\n" : "", what);
 }
 
 /* What the library reads in this CUPTI, into info. */
@@ -263,7 +290,7 @@ static uint32_t load_cupti(struct np_wire_cupti *info, char *message, size_t siz
 
 /* Subscribed: the clock, the buffers, the callbacks and the kinds, in
  * CUPTI's order (the timestamp callback before any kind is enabled). */
-static uint32_t turn_on(char *message, size_t size) {
+static uint32_t turn_on(struct np_wire_cupti *info, char *message, size_t size) {
     struct np_cupti_api *api = &inj.api;
     const struct np_cupti_kinds *kind = &inj.layouts.v->kind;
     np_activity_init(api, &inj.layouts);
@@ -282,6 +309,7 @@ static uint32_t turn_on(char *message, size_t size) {
         check(api->ActivityEnable((CUpti_ActivityKind)kind->memset), "cuptiActivityEnable(MEMSET)",
               message, size))
         return NP_HELLO_CUPTI_FAILED;
+    enable_graph_node_callbacks(info);
     return NP_HELLO_ACTIVE;
 }
 
@@ -296,7 +324,7 @@ static uint32_t activate(char *message, size_t size) {
         status = subscribe(message, size);
     }
     if (status == NP_HELLO_ACTIVE)
-        status = turn_on(message, size);
+        status = turn_on(&info, message, size);
     if (status == NP_HELLO_ACTIVE) {
         inj.active = true;
         snprintf(message, size, "CUPTI %s (API version %u, CUDA %s record layouts%s)", inj.api.path,

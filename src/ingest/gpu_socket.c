@@ -274,7 +274,7 @@ static uint32_t name_size(const uint8_t *p, size_t room) {
     return name_ok(e, room) ? np_wire_name_size(e->name_len) : 0;
 }
 
-/* A counted frame (ACTIVITY, NAMES: a head with the count, then the items)
+/* A counted frame (ACTIVITY, NAMES, GRAPH_NODES: a head with the count, then the items)
  * whose every item is valid and whose last one ends the frame: checked
  * whole before any item is used, so a bad frame delivers nothing. */
 static bool counted_frame_ok(const uint8_t *frame, uint32_t size, item_size_fn item_size) {
@@ -324,6 +324,32 @@ static int handle_names(struct np_gpu_server *s, struct client *c, const uint8_t
     return -1;
 }
 
+static bool graph_node_ok(const struct np_wire_graph_node *e, size_t room) {
+    return room >= sizeof(*e) && e->node_id != 0 &&
+           (e->event == NP_GRAPH_NODE_CREATED ||
+            (e->event == NP_GRAPH_NODE_CLONED && e->original_node_id != 0));
+}
+
+static uint32_t graph_node_size(const uint8_t *p, size_t room) {
+    const struct np_wire_graph_node *e = (const void *)p;
+    return graph_node_ok(e, room) ? (uint32_t)sizeof(*e) : 0;
+}
+
+static int handle_graph_nodes(struct np_gpu_server *s, struct client *c, const uint8_t *frame,
+                              uint32_t size) {
+    if (!counted_frame_ok(frame, size, graph_node_size))
+        return NP_REJECT_BAD_RECORD;
+    s->stats.frames++;
+    for (size_t off = sizeof(struct np_wire_graph_nodes); off < size;
+         off += sizeof(struct np_wire_graph_node)) {
+        s->stats.graph_nodes++;
+        if (s->ops.on_graph_node)
+            s->ops.on_graph_node(s->ops.ctx, c->pid,
+                                 (const struct np_wire_graph_node *)(frame + off));
+    }
+    return -1;
+}
+
 /* The library's CUPTI: a whole frame, its strings cut to their fields. */
 static int handle_cupti(struct np_gpu_server *s, struct client *c, const uint8_t *frame,
                         uint32_t size) {
@@ -359,6 +385,8 @@ static int handle_frame(struct np_gpu_server *s, struct client *c, const uint8_t
         return handle_names(s, c, frame, h->size);
     case NP_WIRE_CUPTI:
         return handle_cupti(s, c, frame, h->size);
+    case NP_WIRE_GRAPH_NODES:
+        return handle_graph_nodes(s, c, frame, h->size);
     case NP_WIRE_STATS:
         if (h->size != sizeof(struct np_wire_stats))
             return NP_REJECT_BAD_RECORD;

@@ -36,6 +36,7 @@ struct np_gpu_server_stats {
     uint64_t frames, records;
     uint64_t records_ignored; /* API records (file mode only) and unknown kinds */
     uint64_t names;           /* NAMES entries handed on */
+    uint64_t graph_nodes;     /* GRAPH_NODES entries handed on */
 };
 
 struct np_gpu_server_ops {
@@ -51,6 +52,10 @@ struct np_gpu_server_ops {
      * may come again (a later connection of the same process). */
     void (*on_names)(void *ctx, pid_t pid, uint64_t handle, const char *name, size_t len);
     void (*on_stats)(void *ctx, pid_t pid, const struct np_wire_stats *stats);
+    /* A CUDA graph node CUPTI announced (GRAPH_NODES frames; may be NULL):
+     * node_id != 0, a CLONED one with its original. It comes before the
+     * records of any replay of the node. */
+    void (*on_graph_node)(void *ctx, pid_t pid, const struct np_wire_graph_node *node);
     /* The CUPTI the library uses (may be NULL): after its HELLO, once it
      * tried CUPTI; every string NUL-terminated. */
     void (*on_cupti)(void *ctx, pid_t pid, const struct np_wire_cupti *cupti);

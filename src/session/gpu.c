@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "correlate/gpu.h"
+#include "correlate/graphs.h"
 #include "correlate/kernels.h"
 #include "ingest/gpu_socket.h"
 #include "lib/util.h"
@@ -45,12 +46,37 @@ static const char *retire_name(struct np_session *s, const struct np_gpu_launch 
     return l->cpu_kernel;
 }
 
+/* A graph launch's records, each under the line that captured its node
+ * (correlate/graphs.c ties them): into out, or `replay` is left empty. */
+static void tie_replay(struct np_session *s, const struct np_gpu_launch *l,
+                       struct np_output_replay *replay) {
+    const struct np_graph_replay *r = l->extra;
+    if (l->free_extra != np_graph_replay_free || !r || !l->nrecords)
+        return;
+    replay->node = calloc(l->nrecords, sizeof(*replay->node));
+    replay->by = calloc(l->nrecords, sizeof(*replay->by));
+    if (!replay->node || !replay->by) {
+        free(replay->node), free(replay->by);
+        replay->node = NULL, replay->by = NULL;
+        return;
+    }
+    struct np_target *t = np_session_find_target(s, (pid_t)l->pid);
+    np_graphs_attribute(t ? &t->graphs : NULL, r, l->records, l->nrecords, replay->node,
+                        replay->by);
+    replay->stack = r->stack;
+}
+
 static void gpu_retire(void *ctx, const struct np_gpu_launch *l, enum np_gpu_status status) {
     struct np_session *s = ctx;
     struct np_output *out = l->owner ? l->owner : s->out;
     char buf[NP_WIRE_MAX_NAME + 1];
+    struct np_output_replay replay = {0};
+    tie_replay(s, l, &replay);
     if (out)
-        np_output_gpu_launch(out, l, status, retire_name(s, l, buf, sizeof(buf)));
+        np_output_gpu_launch(out, l, status, retire_name(s, l, buf, sizeof(buf)),
+                             replay.stack ? &replay : NULL);
+    free(replay.node);
+    free(replay.by);
     if (s->sink && s->sink->retired)
         s->sink->retired(s, l->owner);
     if (!l->tag || !l->nrecords)
@@ -155,6 +181,14 @@ static void gpu_on_cupti(void *ctx, pid_t pid, const struct np_wire_cupti *c) {
     }
 }
 
+/* A graph node the library announced: replays of it are tied to their
+ * capture by its id. */
+static void gpu_on_graph_node(void *ctx, pid_t pid, const struct np_wire_graph_node *node) {
+    struct np_target *t = np_session_find_target(ctx, pid);
+    if (t)
+        np_graphs_cupti_node(&t->graphs, node);
+}
+
 static void gpu_on_stats(void *ctx, pid_t pid, const struct np_wire_stats *st) {
     struct np_target *t = np_session_find_target(ctx, pid);
     if (t)
@@ -219,6 +253,7 @@ int np_session_setup_gpu(struct np_session *s) {
                                      .on_names = gpu_on_names,
                                      .on_stats = gpu_on_stats,
                                      .on_cupti = gpu_on_cupti,
+                                     .on_graph_node = gpu_on_graph_node,
                                      .on_close = gpu_on_close};
     int err = np_gpu_server_open(s->opt.cupti_socket, &sops, &s->gpu_server);
     if (err == -EEXIST) /* something that is not a socket is there: said, and left alone */

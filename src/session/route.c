@@ -52,11 +52,13 @@ static bool gpu_records_come(const struct np_session *s, const struct np_target 
  * join for them (and is written when they are in); any other is written now. */
 static void write_launch(struct np_session *s, struct np_target *t, struct np_output *out,
                          const struct np_launch *l, const struct np_stack_texts *stack,
-                         const char *kernel) {
+                         const char *kernel, struct np_graph_replay *replay) {
     bool hold = gpu_records_come(s, t) && !l->nested;
     uint64_t sid = np_output_launch(out, l, stack, kernel, hold ? &s->held : NULL);
-    if (!hold)
+    if (!hold) {
+        np_graph_replay_free(replay);
         return;
+    }
     /* The join's clock is CLOCK_MONOTONIC, the clock of the event's own time. */
     const struct np_launch_event *e = l->ev;
     if (!t->gpu_first_held_ns)
@@ -71,17 +73,21 @@ static void write_launch(struct np_session *s, struct np_target *t, struct np_ou
         /* an NCCL launch's GPU time goes to its communicator's totals */
         .tag = l->nccl_plan ? l->nccl_plan->comm : 0,
         .owner = out,
+        /* a graph launch: its records are tied to their capture at retirement */
+        .extra = replay,
+        .free_extra = replay ? np_graph_replay_free : NULL,
     };
     int err =
         np_gpu_join_launch(s->gpu_join, e->hdr.pid, e->hdr.tid, &held, runtime_api, e->hdr.ts_ns);
     if (!err && s->sink && s->sink->held)
         s->sink->held(s, out);
     if (err) { /* cannot wait: written now, as never matched */
+        np_graph_replay_free(replay);
         struct np_gpu_launch now = {.stack_id = sid,
                                     .json = (char *)held.json,
                                     .ext = (char *)held.ext,
                                     .cpu_kernel = (char *)kernel};
-        np_output_gpu_launch(out, &now, NP_GPU_PENDING, kernel);
+        np_output_gpu_launch(out, &now, NP_GPU_PENDING, kernel, NULL);
     }
 }
 
@@ -93,18 +99,21 @@ static uint64_t capture_of(struct np_target *t, const struct np_launch *l) {
 }
 
 /* A graph launch: each kernel its exec's capture made is counted once per
- * replay, under the line that captured it - unless GPU records will come
- * for it (they are joined per kernel), or its capture was not seen. */
+ * replay, under the line that captured it - when GPU records come for it,
+ * each record under the line that captured its node (tied at retirement:
+ * gpu.c) - unless its capture was not seen. */
 static void write_graph_launch(struct np_session *s, struct np_target *t, struct np_output *out,
                                const struct np_launch *l, const struct np_stack_texts *stack,
                                const char *kernel) {
     const char *why = NULL;
     struct np_graph_nodes *nodes = np_graphs_replay(&t->graphs, l->func, &why);
-    if (gpu_records_come(s, t))
-        write_launch(s, t, out, l, stack, kernel);
-    else if (nodes)
+    if (gpu_records_come(s, t)) {
+        /* without memory for it, the records stay under the replay's stack */
+        write_launch(s, t, out, l, stack, kernel, np_graph_replay_new(nodes, stack));
+    } else if (nodes) {
+        t->graphs.stats.replayed_kernels += nodes->n;
         np_output_graph_replay(out, l, stack, kernel, nodes);
-    else
+    } else
         np_output_graph_unknown(out, l, stack, kernel, why);
     if (!nodes && why && !t->graphs_unknown_said++)
         np_info("pid %d (%s): a graph launch whose capture was not seen (%s): its kernels show "
@@ -119,6 +128,8 @@ static void on_launch(struct np_ingest *in, struct np_ingest_proc *p, const stru
     struct np_target *t = np_target_of_ingest(p);
     struct np_output *out = np_session_output_for(s, t);
     uint64_t capture = capture_of(t, l);
+    if (!l->nested && !l->is_nccl_op) /* its CUPTI markers follow on this thread */
+        np_graphs_thread_launch(&t->graphs, l->ev->hdr.tid, 0);
     if (!out && !capture)
         return;
     if (l->is_nccl_op) {
@@ -135,6 +146,8 @@ static void on_launch(struct np_ingest *in, struct np_ingest_proc *p, const stru
         np_launch_add_nccl_kernel(capture ? NULL : &s->nccl_comms, l, kernel, stack);
     if (capture) { /* ran nothing: a node of the graph being captured */
         int err = np_graphs_add_node(&t->graphs, capture, kernel, stack);
+        if (!err)
+            np_graphs_thread_launch(&t->graphs, l->ev->hdr.tid, capture);
         if (err && !t->graphs_bound_said++)
             np_warn("pid %d: a graph capture is not kept (over %u nodes or %llu MiB of "
                     "capture stacks): its replays show as one launch",
@@ -150,7 +163,7 @@ static void on_launch(struct np_ingest *in, struct np_ingest_proc *p, const stru
     if (np_probe_is_graph(l->def) && !l->nested)
         write_graph_launch(s, t, out, l, stack, kernel);
     else
-        write_launch(s, t, out, l, stack, kernel);
+        write_launch(s, t, out, l, stack, kernel, NULL);
 }
 
 static void on_handle(struct np_ingest *in, struct np_ingest_proc *p,
@@ -164,6 +177,10 @@ static void on_handle(struct np_ingest *in, struct np_ingest_proc *p,
 
 static void on_marker(struct np_ingest *in, const struct np_marker_event *m) {
     struct np_session *s = session_of(in);
+    struct np_target *t = np_session_find_target(s, (pid_t)m->hdr.pid);
+    /* an API call of a captured launch: CUPTI names its node by this id */
+    if (t && np_graphs_marker(&t->graphs, m->hdr.tid, m->correlation_id, m->domain))
+        return;
     if (s->gpu_join)
         np_gpu_join_marker(s->gpu_join, m->hdr.pid, m->hdr.tid, m->correlation_id, m->domain,
                            m->hdr.ts_ns);

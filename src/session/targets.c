@@ -258,6 +258,12 @@ static void graphs_json(const struct np_target *t, cJSON *g) {
     np_json_add_u64(g, "graph_launches_attributed", st->replays_expanded);
     np_json_add_u64(g, "graph_launches_capture_unseen", st->replays_unknown);
     np_json_add_u64(g, "replayed_kernels", st->replayed_kernels);
+    /* with the CUPTI library: replays' GPU records and how each was tied */
+    np_json_add_u64(g, "cupti_nodes", st->cupti_nodes);
+    np_json_add_u64(g, "cupti_nodes_not_kept", st->cupti_nodes_dropped);
+    np_json_add_u64(g, "replay_records_by_node", st->records_by_node);
+    np_json_add_u64(g, "replay_records_by_kernel_order", st->records_by_order);
+    np_json_add_u64(g, "replay_records_not_tied", st->records_unattributed);
     np_json_add_u64(g, "graphs_live", t->graphs.graphs.count);
     np_json_add_u64(g, "execs_live", t->graphs.execs.count + t->graphs.unseen_execs.count);
     np_json_add_u64(g, "nodes_live", t->graphs.nodes_live);

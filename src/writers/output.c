@@ -667,7 +667,9 @@ static void gpu_leaf(char *out, size_t size, const struct np_gpu_record *r) {
     }
 }
 
-static void gpu_record_json(struct np_str *s, const struct np_gpu_record *r) {
+/* capture_sid: the stack a replayed record is counted under (0: its launch's). */
+static void gpu_record_json(struct np_str *s, const struct np_gpu_record *r, uint64_t capture_sid,
+                            const char *capture_by) {
     static const char *const types[] = {"", "kernel", "memcpy", "memset"};
     np_str_appendf(s, "{\"" NP_KEY_GPU_TYPE "\":\"%s\"",
                    types[r->kind <= NP_GPU_MEMSET ? r->kind : 0]);
@@ -682,9 +684,13 @@ static void gpu_record_json(struct np_str *s, const struct np_gpu_record *r) {
                    ",\"correlation_id\":%u,\"" NP_KEY_START_NS "\":%" PRIu64 ",\"" NP_KEY_END_NS
                    "\":%" PRIu64 ",\"" NP_KEY_DEVICE "\":%u,\"" NP_KEY_CONTEXT
                    "\":%u,\"" NP_KEY_STREAM "\":%u,\"" NP_KEY_GRAPH_ID "\":%u"
-                   ",\"graph_node_id\":%" PRIu64,
+                   ",\"" NP_KEY_GRAPH_NODE_ID "\":%" PRIu64,
                    r->correlation_id, r->start_ns, r->end_ns, r->device, r->context, r->stream,
                    r->graph_id, r->graph_node_id);
+    if (capture_sid)
+        np_str_appendf(
+            s, ",\"" NP_KEY_CAPTURE_STACK_ID "\":%" PRIu64 ",\"" NP_KEY_CAPTURE_BY "\":\"%s\"",
+            capture_sid, capture_by);
     if (r->kind == NP_GPU_KERNEL)
         np_str_appendf(s, ",\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u]}", r->grid[0], r->grid[1],
                        r->grid[2], r->block[0], r->block[1], r->block[2]);
@@ -711,10 +717,66 @@ static void append_named_json(struct np_str *s, const char *json, const char *ke
     np_str_append(s, slot + 1);
 }
 
+/* The stacks a replay's records are counted under (capture_sid[i]: the
+ * composed stack of record i, 0 when not tied to its capture); how many are. */
+static uint32_t replay_stacks(struct np_output *o, const struct np_gpu_launch *gl,
+                              const struct np_output_replay *replay, uint64_t *capture_sid) {
+    uint32_t tied = 0;
+    struct np_stack_texts composed;
+    np_str_init(&composed.folded);
+    np_str_init(&composed.detailed);
+    np_str_init(&composed.locations);
+    for (uint32_t i = 0; i < gl->nrecords; i++) {
+        capture_sid[i] = 0;
+        if (!replay || !replay->node[i])
+            continue;
+        np_graph_compose(replay->stack, replay->node[i], &composed);
+        capture_sid[i] = stack_id(o, &composed);
+        tied++;
+    }
+    np_str_free(&composed.folded);
+    np_str_free(&composed.detailed);
+    np_str_free(&composed.locations);
+    return tied;
+}
+
+/* A replay whose records are tied to their capture: its stacks.ext.folded
+ * line, and every kernel record counted in launches.folded as a kernel run
+ * (under its capture stack when tied, else under the replay's). */
+static void count_replay(struct np_output *o, const struct np_gpu_launch *gl, const char *kernel,
+                         const uint64_t *capture_sid) {
+    o->totals.launches++;
+    char leaf[1024];
+    np_sanitize_frame(leaf, sizeof(leaf), kernel, false);
+    write_ext_line(o, gl->stack_id, gl->ext, leaf);
+    for (uint32_t i = 0; i < gl->nrecords; i++) {
+        const struct np_gpu_record *r = gl->records[i];
+        if (r->kind != NP_GPU_KERNEL)
+            continue;
+        char name[NP_WIRE_MAX_NAME + 1];
+        memcpy(name, r->name, r->name_len);
+        name[r->name_len] = '\0';
+        np_sanitize_frame(leaf, sizeof(leaf), name, false);
+        struct np_str *s = &o->line;
+        np_str_reset(s);
+        np_str_appendf(s, "%" PRIu64 ";%s", capture_sid[i] ? capture_sid[i] : gl->stack_id, leaf);
+        bump(o, &o->folded_counts, np_str_cstr(s));
+        bump(o, &o->kernel_counts, leaf);
+        o->totals.replayed_kernels += capture_sid[i] != 0;
+    }
+}
+
 void np_output_gpu_launch(struct np_output *o, const struct np_gpu_launch *gl,
-                          enum np_gpu_status status, const char *kernel) {
+                          enum np_gpu_status status, const char *kernel,
+                          const struct np_output_replay *replay) {
     static const char *const names[] = {NP_GPU_STATUS_NONE, NP_GPU_STATUS_MATCHED,
                                         NP_GPU_STATUS_PENDING};
+    uint64_t *capture_sid = gl->nrecords ? calloc(gl->nrecords, sizeof(*capture_sid)) : NULL;
+    if (gl->nrecords && !capture_sid) {
+        note_error(o, -ENOMEM);
+        replay = NULL; /* the records stay under the replay's stack */
+    }
+    uint32_t tied = capture_sid ? replay_stacks(o, gl, replay, capture_sid) : 0;
     struct np_str *s = &o->line;
     np_str_reset(s);
     append_named_json(s, gl->json, kernel);
@@ -725,11 +787,15 @@ void np_output_gpu_launch(struct np_output *o, const struct np_gpu_launch *gl,
     for (uint32_t i = 0; i < gl->nrecords; i++) {
         if (i)
             np_str_append(s, ",");
-        gpu_record_json(s, gl->records[i]);
+        gpu_record_json(s, gl->records[i], tied ? capture_sid[i] : 0,
+                        tied && capture_sid[i] ? replay->by[i] : NULL);
     }
     np_str_append(s, "]}\n");
     write_line(o, LAUNCHES_JSONL, s);
-    count_launch(o, gl->stack_id, gl->ext, kernel);
+    if (tied)
+        count_replay(o, gl, kernel, capture_sid);
+    else
+        count_launch(o, gl->stack_id, gl->ext, kernel);
 
     char leaf[NP_WIRE_MAX_NAME + 64];
     if (status == NP_GPU_NONE) {
@@ -742,8 +808,10 @@ void np_output_gpu_launch(struct np_output *o, const struct np_gpu_launch *gl,
     }
     for (uint32_t i = 0; i < gl->nrecords; i++) {
         gpu_leaf(leaf, sizeof(leaf), gl->records[i]);
-        add_merged(o, gl->stack_id, leaf, gpu_ns(gl->records[i]), true);
+        uint64_t sid = tied && capture_sid[i] ? capture_sid[i] : gl->stack_id;
+        add_merged(o, sid, leaf, gpu_ns(gl->records[i]), true);
     }
+    free(capture_sid);
 }
 
 void np_output_gpu_unmatched(struct np_output *o, const struct np_gpu_record *r) {
@@ -759,7 +827,7 @@ void np_output_gpu_unmatched(struct np_output *o, const struct np_gpu_record *r)
     if (o->streams[GPU_UNMATCHED]) {
         struct np_str *s = &o->line;
         np_str_reset(s);
-        gpu_record_json(s, r);
+        gpu_record_json(s, r, 0, NULL);
         np_str_append(s, "\n");
         write_line(o, GPU_UNMATCHED, s);
     }

@@ -57,12 +57,26 @@ struct np_stack_texts;
 uint64_t np_output_launch(struct np_output *o, const struct np_launch *l,
                           const struct np_stack_texts *stack, const char *kernel,
                           struct np_output_held *held);
+/* A graph launch's GPU records tied to the captured launches that made
+ * their nodes (correlate/graphs.h, np_graphs_attribute). */
+struct np_graph_node;
+struct np_output_replay {
+    const struct np_stack_texts *stack; /* the replay's */
+    const struct np_graph_node **node;  /* per record: its captured node, or NULL */
+    const char **by;                    /* per record: NP_CAPTURE_BY_*, or NULL */
+};
+
 /* A held launch, complete: written and counted under `kernel`, the name the
  * session settles on once its records are in (a handle made before we
  * attached gets its name late, from the CUPTI library), with its GPU work
- * as leaves of merged.folded. */
+ * as leaves of merged.folded. With replay (a graph launch), a record tied
+ * to its capture goes under replay;API;[graph capture];capture frames
+ * instead - in launches.folded as a kernel run (the graph launch itself is
+ * not counted there then), merged.folded and merged.gpu_ns.folded - and its
+ * launches.jsonl record names that stack (capture_stack_id). */
 void np_output_gpu_launch(struct np_output *o, const struct np_gpu_launch *gl,
-                          enum np_gpu_status status, const char *kernel);
+                          enum np_gpu_status status, const char *kernel,
+                          const struct np_output_replay *replay);
 /* GPU work no launch claimed: under "[no launch stack]" in merged.*. */
 void np_output_gpu_unmatched(struct np_output *o, const struct np_gpu_record *r);
 void np_output_nccl_op(struct np_output *o, const struct np_launch *l,

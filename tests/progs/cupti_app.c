@@ -23,7 +23,18 @@
  * (cuFuncGetName / cuKernelGetName). Each --expect line also says whether a subscriber held
  * CUPTI once the call's records were scripted ("subscriber") and the launch's function handle
  * ("handle"); its "gpu" holds the records the double took (none before the library turned
- * CUPTI on). */
+ * CUPTI on).
+ *
+ * --scenario capture: a CUDA graph made by stream capture through libfakecuda.so's driver API,
+ * with CUPTI's graph-node resource callbacks (unless --no-graph-nodes):
+ *   main -> run_scenario -> run_capture -> capture_model -> capture_attention|capture_mlp|
+ *     capture_proj -> capture_launch -> cuLaunchKernel     (captured: ENTER, GRAPHNODE_CREATED,
+ *                                                           EXIT; no GPU work)
+ *                                       -> instantiate_graph -> cuGraphInstantiateWithFlags
+ *                                                          (GRAPHNODE_CLONED per node)
+ *                      run_capture -> eager_after -> cuLaunchKernel              (eager)
+ *                      run_capture -> replay_step -> cuGraphLaunch    (a kernel record per node,
+ *                                                                      last node queued first) */
 #include <dlfcn.h>
 #include <getopt.h>
 #include <limits.h>
@@ -48,6 +59,7 @@ enum scenario_code {
     CODE_LIVE_RT = 5,  /* live: cudaLaunchKernel */
     CODE_LIVE_DRV = 6, /* live: cuLaunchKernel of a CUfunction */
     CODE_LIVE_LIB = 7, /* live: cuLaunchKernel of a CUkernel */
+    CODE_CAPTURE = 8,  /* capture: captured and eager cuLaunchKernel */
 };
 
 enum { GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET };
@@ -79,6 +91,7 @@ struct gpu_record {
     uint32_t stream;
     uint32_t graph_id;
     uint64_t graph_node_id;
+    const char *capture_site; /* capture scenario's replays: the function that captured the node */
 };
 
 /* One API call and the GPU work it caused. */
@@ -89,6 +102,11 @@ struct call_truth {
     bool live;       /* live scenario: handle and subscriber are written too */
     uint64_t handle; /* the launched function's handle */
     bool subscriber; /* a CUPTI subscriber existed once the callbacks were made */
+    bool captured;   /* capture: a launch that became a graph node (kernel, capture_site too) */
+    const char *kernel;
+    const char *capture_site;
+    uint64_t graph_node_id; /* captured: the node's id as CUPTI announced it (0: never) */
+    long replay;            /* capture's cuGraphLaunch: which replay (else -1) */
     uint32_t corr;
     long tid;
     int n_gpu;
@@ -107,7 +125,8 @@ struct options {
     bool wait_signal;
     bool no_records; /* the GPU never reports: launches stay without records */
     bool threads_given;
-    long sleep_us; /* live: pause between rounds */
+    long sleep_us;       /* live: pause between rounds */
+    bool no_graph_nodes; /* capture: CUPTI announces no graph nodes */
 };
 
 static struct options opts = {.scenario = "eager", .threads = 8, .iters = 4, .sleep_us = 1000};
@@ -170,9 +189,12 @@ static void append_gpu_record(struct text *t, const struct gpu_record *r) {
         append(t, "{\"type\":\"memset\",\"bytes\":%lu", (unsigned long)r->bytes);
     append(t,
            ",\"start_ns\":%lu,\"end_ns\":%lu,\"device\":%d,\"stream\":%u,\"graph_id\":%u,"
-           "\"graph_node_id\":%lu}",
+           "\"graph_node_id\":%lu",
            (unsigned long)r->start_ns, (unsigned long)r->end_ns, GPU_DEVICE, r->stream, r->graph_id,
            (unsigned long)r->graph_node_id);
+    if (r->capture_site)
+        append(t, ",\"capture_site\":\"%s\"", r->capture_site);
+    append(t, "}");
 }
 
 static void write_line(const struct text *t) {
@@ -192,7 +214,15 @@ static void write_truth(const struct call_truth *c) {
     if (c->live)
         append(&t, ",\"handle\":%lu,\"subscriber\":%s", (unsigned long)c->handle,
                c->subscriber ? "true" : "false");
-    append(&t, ",\"correlation_id\":%u,\"gpu\":[", c->corr);
+    if (c->captured)
+        append(&t, ",\"captured\":true");
+    append(&t, ",\"correlation_id\":%u", c->corr);
+    if (c->captured)
+        append(&t, ",\"kernel\":\"%s\",\"capture_site\":\"%s\",\"graph_node_id\":%lu", c->kernel,
+               c->capture_site, (unsigned long)c->graph_node_id);
+    if (c->replay >= 0)
+        append(&t, ",\"replay\":%ld", c->replay);
+    append(&t, ",\"gpu\":[");
     for (int i = 0; i < c->n_gpu; i++) {
         append(&t, i ? "," : "");
         append_gpu_record(&t, &c->gpu[i]);
@@ -350,7 +380,7 @@ static dim3 launch_grid(long thread_index, long iteration, unsigned code) {
 /* eager: --iters launches on this thread, eager_kernel_a and eager_kernel_b alternating. */
 NOINLINE long run_eager(void) {
     for (long it = 0; it < opts.iters; it++) {
-        struct call_truth c = {.n_gpu = 0};
+        struct call_truth c = {.replay = -1};
         bool b = it % 2 == 1;
         eager_launch(&c, b ? (const void *)eager_kernel_b : (const void *)eager_kernel_a,
                      b ? "eager_kernel_b" : "eager_kernel_a", launch_grid(0, it, CODE_EAGER));
@@ -362,7 +392,7 @@ NOINLINE long run_eager(void) {
 
 NOINLINE long run_graph(void) {
     for (long it = 0; it < opts.iters; it++) {
-        struct call_truth c = {.n_gpu = 0};
+        struct call_truth c = {.replay = -1};
         graph_launch(&c);
         KEEP_FRAME();
         write_truth(&c);
@@ -373,7 +403,7 @@ NOINLINE long run_graph(void) {
 /* memcpy: per iteration one cudaMemcpyAsync and one cudaMemsetAsync (no launches). */
 NOINLINE long run_copies(void) {
     for (long it = 0; it < opts.iters; it++) {
-        struct call_truth copy = {.n_gpu = 0}, set = {.n_gpu = 0};
+        struct call_truth copy = {.replay = -1}, set = {.replay = -1};
         memcpy_call(&copy);
         KEEP_FRAME();
         write_truth(&copy);
@@ -387,7 +417,7 @@ NOINLINE long run_copies(void) {
 /* threads: thread i launches stub eager_kernel_a --iters times; CUPTI names the kernel
  * thread_kernel_<i>. */
 NOINLINE void thread_launch(long index, long it, const char *kernel_name) {
-    struct call_truth c = {.n_gpu = 0};
+    struct call_truth c = {.replay = -1};
     eager_launch(&c, (const void *)eager_kernel_a, kernel_name,
                  launch_grid(index, it, CODE_THREADS));
     KEEP_FRAME();
@@ -439,6 +469,288 @@ static void join_workers(struct worker *workers) {
     free(workers);
 }
 
+/* ---- capture: a CUDA graph captured through the driver double, with CUPTI's graph nodes ---- */
+
+#define CAPTURE_NODES 4
+#define CAPTURE_GRAPH_ID 1       /* cuptiGetGraphId of the captured graph */
+#define EXEC_GRAPH_ID 2          /* of the executable graph's: what the replays' records say */
+#define CAPTURE_NODE_ID_BASE 101 /* cuptiGetGraphNodeId of the captured nodes: 101, 102, ... */
+#define CLONE_NODE_ID_BASE 1001  /* of their clones in the executable graph: 1001, 1002, ... */
+#define REPLAY_GAP_NS 5000       /* between the starts of a replay's nodes */
+#define CAPTURE_MODULE ((CUmodule)(uintptr_t)0x30)
+
+enum { KERNEL_ATTN, KERNEL_GEMM, KERNEL_MLP, CAPTURE_KERNELS };
+
+static const char *const capture_kernel_names[CAPTURE_KERNELS] = {"attn_kernel", "gemm_kernel",
+                                                                  "mlp_kernel"};
+
+/* One captured launch: its graph node (the driver double's) and that node's clone in the
+ * executable graph (a handle of ours: the double's executable graph has no node handles). */
+struct captured_node {
+    const char *kernel;
+    const char *site; /* the function that captured it */
+    CUgraphNode node;
+    uint64_t id;
+    CUgraphNode clone;
+    uint64_t clone_id;
+};
+
+static struct {
+    CUfunction fn[CAPTURE_KERNELS];
+    CUstream stream;       /* captured, then replayed on */
+    CUstream eager_stream; /* the eager launch, never capturing */
+    CUgraph graph;
+    CUgraphExec exec;
+    int n;
+    struct captured_node nodes[CAPTURE_NODES];
+    uint64_t stream_busy_until; /* the last replay's last end: replays on S do not overlap */
+} cap;
+
+/* Distinct addresses for the synthetic handles: the executable graph's graph and node clones. */
+static char exec_graph_storage, clone_storage[CAPTURE_NODES];
+
+static void check_cu(CUresult rc, const char *what) {
+    if (rc != CUDA_SUCCESS) {
+        fprintf(stderr, "cupti_app: %s: CUDA error %d\n", what, (int)rc);
+        exit(PROGS_EXIT_RUNTIME);
+    }
+}
+
+static void capture_setup(void) {
+    for (int k = 0; k < CAPTURE_KERNELS; k++)
+        check_cu(cuModuleGetFunction(&cap.fn[k], CAPTURE_MODULE, capture_kernel_names[k]),
+                 "cuModuleGetFunction");
+    check_cu(cuStreamCreate(&cap.stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    check_cu(cuStreamCreate(&cap.eager_stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+}
+
+/* The graph s captures into and the node its last captured launch made (the stream's one
+ * dependency now). */
+static CUgraphNode last_captured_node(CUstream s, CUgraph *graph) {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    const CUgraphNode *deps = NULL;
+    size_t n = 0;
+    check_cu(cuStreamGetCaptureInfo(s, &status, NULL, graph, &deps, NULL, &n),
+             "cuStreamGetCaptureInfo");
+    if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE || n != 1 || !deps[0]) {
+        fprintf(stderr, "cupti_app: capture status %d, %zu dependencies\n", (int)status, n);
+        exit(PROGS_EXIT_RUNTIME);
+    }
+    return deps[0];
+}
+
+/* cuLaunchKernel(kernel, {x,1,8}, {128,1,1}, 0, S) on the capturing stream: a graph node, no GPU
+ * work. Its CUPTI side as CUPTI orders it inside the call: ENTER, the node's GRAPHNODE_CREATED
+ * (unless --no-graph-nodes), EXIT. */
+NOINLINE void capture_launch(const char *site, int kernel, unsigned x) {
+    CUfunction f = cap.fn[kernel];
+    const char *name = capture_kernel_names[kernel];
+    CUstream s = cap.stream;
+    dim3 grid = {x, 1, CODE_CAPTURE};
+    cuLaunchKernel_params params = {f, grid.x, grid.y, grid.z, 128, 1, 1, 0, s, NULL, NULL};
+    CUresult status = cuLaunchKernel(f, grid.x, grid.y, grid.z, 128, 1, 1, 0, s, NULL, NULL);
+    KEEP_FRAME();
+    check_cu(status, "cuLaunchKernel (captured)");
+    struct call_truth c = {.replay = -1};
+    c.corr =
+        cupti_replay_api_enter(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+                               "cuLaunchKernel", name, &params);
+    KEEP_FRAME();
+    struct captured_node *n = &cap.nodes[cap.n];
+    CUgraph graph = NULL;
+    n->kernel = name;
+    n->site = site;
+    n->node = last_captured_node(s, &graph);
+    n->id = CAPTURE_NODE_ID_BASE + (uint64_t)cap.n;
+    cupti_replay_set_graph_node_id(n->node, n->id);
+    if (!opts.no_graph_nodes) {
+        CUpti_GraphData created = {
+            .graph = graph, .node = n->node, .nodeType = CU_GRAPH_NODE_TYPE_KERNEL};
+        cupti_replay_resource(CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, NULL, &created);
+    }
+    cupti_replay_api_exit(c.corr, (int)status);
+    KEEP_FRAME();
+    cap.n++;
+    c.api = "cuLaunchKernel";
+    c.has_grid = true;
+    c.grid = grid;
+    c.captured = true;
+    c.kernel = name;
+    c.capture_site = site;
+    c.graph_node_id = opts.no_graph_nodes ? 0 : n->id;
+    c.tid = progs_gettid();
+    write_truth(&c);
+}
+
+NOINLINE void capture_attention(void) {
+    capture_launch(__func__, KERNEL_ATTN, 1);
+    KEEP_FRAME();
+}
+
+NOINLINE void capture_mlp(void) {
+    capture_launch(__func__, KERNEL_GEMM, 2);
+    KEEP_FRAME();
+    capture_launch(__func__, KERNEL_MLP, 3);
+    KEEP_FRAME();
+}
+
+/* The same kernel as capture_mlp's first node, captured at another site. */
+NOINLINE void capture_proj(void) {
+    capture_launch(__func__, KERNEL_GEMM, 4);
+    KEEP_FRAME();
+}
+
+/* cuGraphInstantiate (cuGraphInstantiateWithFlags), then CUPTI's GRAPHNODE_CLONED for each node
+ * in capture order (unless --no-graph-nodes): the executable graph's copies, whose ids the
+ * replays' records carry. */
+NOINLINE void instantiate_graph(void) {
+    CUresult status = cuGraphInstantiate(&cap.exec, cap.graph, 0);
+    KEEP_FRAME();
+    check_cu(status, "cuGraphInstantiate");
+    CUgraph exec_graph = (CUgraph)(void *)&exec_graph_storage;
+    cupti_replay_set_graph_id(exec_graph, EXEC_GRAPH_ID);
+    for (int i = 0; i < cap.n; i++) {
+        struct captured_node *n = &cap.nodes[i];
+        n->clone = (CUgraphNode)(void *)&clone_storage[i];
+        n->clone_id = CLONE_NODE_ID_BASE + (uint64_t)i;
+        cupti_replay_set_graph_node_id(n->clone, n->clone_id);
+        if (opts.no_graph_nodes)
+            continue;
+        CUpti_GraphData cloned = {.graph = exec_graph,
+                                  .originalGraph = cap.graph,
+                                  .node = n->clone,
+                                  .originalNode = n->node,
+                                  .nodeType = CU_GRAPH_NODE_TYPE_KERNEL,
+                                  .graphExec = cap.exec};
+        cupti_replay_resource(CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED, NULL, &cloned);
+    }
+}
+
+/* The captured graph holds exactly the captured nodes, in capture order. */
+static void check_graph_nodes(void) {
+    CUgraphNode nodes[CAPTURE_NODES + 1];
+    size_t n = CAPTURE_NODES + 1;
+    check_cu(cuGraphGetNodes(cap.graph, nodes, &n), "cuGraphGetNodes");
+    bool same = n == (size_t)cap.n;
+    for (size_t i = 0; same && i < n; i++)
+        same = nodes[i] == cap.nodes[i].node;
+    if (!same) {
+        fprintf(stderr, "cupti_app: the captured graph has %zu nodes, not the %d captured\n", n,
+                cap.n);
+        exit(PROGS_EXIT_RUNTIME);
+    }
+}
+
+/* Captures attention, mlp and proj on S in global mode into graph G (id 1), then instantiates
+ * it. */
+NOINLINE void capture_model(void) {
+    CUresult status = cuStreamBeginCapture(cap.stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    KEEP_FRAME();
+    check_cu(status, "cuStreamBeginCapture");
+    CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUgraph graph = NULL;
+    check_cu(cuStreamGetCaptureInfo(cap.stream, &capturing, NULL, &graph, NULL, NULL, NULL),
+             "cuStreamGetCaptureInfo");
+    cupti_replay_set_graph_id(graph, CAPTURE_GRAPH_ID);
+    capture_attention();
+    KEEP_FRAME();
+    capture_mlp();
+    KEEP_FRAME();
+    capture_proj();
+    KEEP_FRAME();
+    status = cuStreamEndCapture(cap.stream, &cap.graph);
+    KEEP_FRAME();
+    check_cu(status, "cuStreamEndCapture");
+    if (cap.graph != graph) {
+        fprintf(stderr, "cupti_app: cuStreamEndCapture gave another graph\n");
+        exit(PROGS_EXIT_RUNTIME);
+    }
+    check_graph_nodes();
+    instantiate_graph();
+    KEEP_FRAME();
+}
+
+/* cuLaunchKernel(mlp_kernel, {5,1,8}, ...) on a stream that does not capture: it runs, one
+ * kernel record outside any graph. */
+NOINLINE void eager_after(struct call_truth *c) {
+    CUfunction f = cap.fn[KERNEL_MLP];
+    CUstream s = cap.eager_stream;
+    dim3 grid = {CAPTURE_NODES + 1, 1, CODE_CAPTURE};
+    cuLaunchKernel_params params = {f, grid.x, grid.y, grid.z, 128, 1, 1, 0, s, NULL, NULL};
+    CUresult status = cuLaunchKernel(f, grid.x, grid.y, grid.z, 128, 1, 1, 0, s, NULL, NULL);
+    KEEP_FRAME();
+    c->corr = cupti_replay_api_ex(CUPTI_CB_DOMAIN_DRIVER_API,
+                                  CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, "cuLaunchKernel",
+                                  capture_kernel_names[KERNEL_MLP], &params, (int)status);
+    KEEP_FRAME();
+    struct gpu_record *k = add_gpu(c, GPU_KERNEL, cupti_replay_now() + GPU_DELAY_NS,
+                                   distinct_duration_ns(), EAGER_STREAM_ID);
+    k->name = capture_kernel_names[KERNEL_MLP];
+    c->api = "cuLaunchKernel";
+    c->has_grid = true;
+    c->grid = grid;
+    c->tid = progs_gettid();
+    c->taken = script_gpu(c);
+}
+
+/* When each node of a replay starts, in REPLAY_GAP_NS steps: capture order, except that with
+ * graph nodes announced the two gemm_kernel nodes swap (capture_proj's, node 3, runs before
+ * capture_mlp's, node 1, as on a side stream): only the node ids tell them apart. */
+static const int replay_start_slot[CAPTURE_NODES] = {0, 2, 3, 1};
+
+/* cuGraphLaunch(exec, S): one kernel record per node, with the launch's correlation id, graph
+ * id 2 and the clone's node id, queued last node first. A replay starts GPU_DELAY_NS after the
+ * call, or once the previous one is over. */
+NOINLINE void replay_step(struct call_truth *c, long replay) {
+    CUresult status = cuGraphLaunch(cap.exec, cap.stream);
+    KEEP_FRAME();
+    check_cu(status, "cuGraphLaunch");
+    cuGraphLaunch_params params = {cap.exec, cap.stream};
+    c->corr = cupti_replay_api_ex(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+                                  "cuGraphLaunch", NULL, &params, (int)status);
+    KEEP_FRAME();
+    uint64_t start = cupti_replay_now() + GPU_DELAY_NS;
+    if (start <= cap.stream_busy_until)
+        start = cap.stream_busy_until + REPLAY_GAP_NS;
+    for (int i = 0; i < cap.n; i++) {
+        int slot = opts.no_graph_nodes ? i : replay_start_slot[i];
+        struct gpu_record *r = add_gpu(c, GPU_KERNEL, start + (uint64_t)slot * REPLAY_GAP_NS,
+                                       distinct_duration_ns(), GRAPH_STREAM_ID);
+        r->name = cap.nodes[i].kernel;
+        r->graph_id = EXEC_GRAPH_ID;
+        r->graph_node_id = cap.nodes[i].clone_id;
+        r->capture_site = cap.nodes[i].site;
+        if (r->end_ns > cap.stream_busy_until)
+            cap.stream_busy_until = r->end_ns;
+    }
+    for (int i = c->n_gpu - 1; i >= 0 && !opts.no_records; i--) {
+        const struct gpu_record *r = &c->gpu[i];
+        c->taken += cupti_replay_kernel(c->corr, r->name, r->start_ns, r->end_ns, GPU_DEVICE,
+                                        r->stream, r->graph_id, r->graph_node_id) == 0;
+    }
+    c->api = "cuGraphLaunch";
+    c->replay = replay;
+    c->tid = progs_gettid();
+}
+
+/* capture: the capture (4 captured launches), one eager launch, --iters replays. */
+NOINLINE long run_capture(void) {
+    capture_setup();
+    capture_model();
+    KEEP_FRAME();
+    struct call_truth eager = {.replay = -1};
+    eager_after(&eager);
+    KEEP_FRAME();
+    write_truth(&eager);
+    for (long it = 0; it < opts.iters; it++) {
+        struct call_truth c = {.replay = -1};
+        replay_step(&c, it);
+        KEEP_FRAME();
+        write_truth(&c);
+    }
+    return cap.n + 1 + opts.iters;
+}
+
 /* Runs the main-thread scenarios; returns the number of API calls made. */
 NOINLINE long run_scenario(void) {
     long calls = 0;
@@ -451,6 +763,9 @@ NOINLINE long run_scenario(void) {
     KEEP_FRAME();
     if (mixed || strcmp(opts.scenario, "memcpy") == 0)
         calls += run_copies();
+    KEEP_FRAME();
+    if (strcmp(opts.scenario, "capture") == 0)
+        calls += run_capture();
     KEEP_FRAME();
     return calls;
 }
@@ -527,7 +842,7 @@ NOINLINE void live_drv_launch(struct call_truth *c, CUfunction f, const char *ke
 /* One round on thread `index`: a runtime launch, a driver launch of one of the CUfunctions
  * (alternating), a driver launch of the CUkernel. */
 NOINLINE void run_live_round(long index, long round) {
-    struct call_truth rt = {.n_gpu = 0}, drv = {.n_gpu = 0}, lib = {.n_gpu = 0};
+    struct call_truth rt = {.replay = -1}, drv = {.replay = -1}, lib = {.replay = -1};
     live_rt_launch(&rt, launch_grid(index, round, CODE_LIVE_RT));
     KEEP_FRAME();
     write_truth(&rt);
@@ -625,15 +940,16 @@ static void load_injection(const char *path) {
 /* ---- options ---- */
 
 static void usage(FILE *out) {
-    fprintf(
-        out,
-        "usage: cupti_app [--injection LIB] [--scenario eager|graph|memcpy|threads|mixed|live]\n"
-        "                 [--threads N] [--iters N] [--reverse-buffers] [--drop N]\n"
-        "                 [--expect FILE] [--wait-signal] [--no-records] [--sleep-us N]\n");
+    fprintf(out, "usage: cupti_app [--injection LIB]\n"
+                 "                 [--scenario eager|graph|memcpy|threads|mixed|live|capture]\n"
+                 "                 [--threads N] [--iters N] [--reverse-buffers] [--drop N]\n"
+                 "                 [--expect FILE] [--wait-signal] [--no-records] [--sleep-us N]\n"
+                 "                 [--no-graph-nodes]\n");
 }
 
 static bool known_scenario(const char *name) {
-    static const char *const names[] = {"eager", "graph", "memcpy", "threads", "mixed", "live"};
+    static const char *const names[] = {"eager", "graph", "memcpy", "threads",
+                                        "mixed", "live",  "capture"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strcmp(name, names[i]) == 0)
             return true;
@@ -651,7 +967,8 @@ static void parse_options(int argc, char **argv) {
         OPT_EXP,
         OPT_WAIT,
         OPT_NOREC,
-        OPT_SLEEP
+        OPT_SLEEP,
+        OPT_NO_NODES
     };
     static const struct option long_opts[] = {
         {"injection", required_argument, NULL, OPT_INJ},
@@ -664,6 +981,7 @@ static void parse_options(int argc, char **argv) {
         {"wait-signal", no_argument, NULL, OPT_WAIT},
         {"no-records", no_argument, NULL, OPT_NOREC},
         {"sleep-us", required_argument, NULL, OPT_SLEEP},
+        {"no-graph-nodes", no_argument, NULL, OPT_NO_NODES},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -700,6 +1018,9 @@ static void parse_options(int argc, char **argv) {
             break;
         case OPT_WAIT:
             opts.wait_signal = true;
+            break;
+        case OPT_NO_NODES:
+            opts.no_graph_nodes = true;
             break;
         case 'h':
             usage(stdout);

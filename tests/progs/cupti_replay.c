@@ -1,9 +1,11 @@
 /* libcupti_replay.so: a TEST DOUBLE of CUPTI (see cupti_replay.h). It owns CUPTI's state in
  * one process: the single callback subscriber and what it enabled, the activity kinds and
  * per-API activity switches, the clock and thread-id settings, the buffer callbacks, the queue of
- * scripted records not yet delivered and the dropped-record count. CUPTI semantics follow the
- * 13.0 headers (cupti_callbacks.h, cupti_activity.h) and shared/notes/cupti.md; where the headers
- * are silent the choice is written next to the code.
+ * scripted records not yet delivered, the dropped-record count and the ids of graph objects
+ * (cuptiGetGraphNodeId, cuptiGetGraphId); each thread keeps its open API calls (entered, not yet
+ * exited) in thread-local storage. CUPTI semantics follow the 13.0 headers (cupti_callbacks.h,
+ * cupti_activity.h) and shared/notes/cupti.md; where the headers are silent the choice is written
+ * next to the code.
  *
  * Locking: one mutex guards all state. No client code (API callbacks, the timestamp callback,
  * buffer request/completion callbacks) is ever called while it is held, because clients call
@@ -57,6 +59,18 @@ struct interned_name {
     char text[];
 };
 
+/* The ids CUPTI gives graph objects, by handle (what the script registered). */
+struct handle_id {
+    const void *handle;
+    uint64_t id;
+};
+
+struct id_registry {
+    struct handle_id *entries;
+    size_t count;
+    size_t capacity;
+};
+
 /* How one delivery cuts and orders buffers. */
 struct delivery_plan {
     size_t records_per_buffer; /* 0: as many as fit */
@@ -92,6 +106,8 @@ static struct {
     size_t flush_records_per_buffer;
     bool flush_reverse;
     struct interned_name *names;
+    struct id_registry node_ids;  /* cuptiGetGraphNodeId */
+    struct id_registry graph_ids; /* cuptiGetGraphId */
 } replay = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .flush_records_per_buffer = CUPTI_REPLAY_DEFAULT_RECORDS_PER_BUFFER,
@@ -533,17 +549,25 @@ struct api_call {
     int return_value;
 };
 
-/* Calls the subscriber for `site` if it enabled this domain/cbid, without holding the lock. */
-static void call_subscriber(struct api_call *call, CUpti_ApiCallbackSite site) {
-    lock();
+/* The subscriber's callback and userdata if it enabled domain/cbid now, else NULL (takes the
+ * lock: call it unlocked, and call what it returns unlocked). */
+static CUpti_CallbackFunc enabled_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                                           void **userdata) {
     CUpti_CallbackFunc callback = NULL;
-    void *userdata = NULL;
-    if (replay.subscribed && call->cbid < domain_size(call->domain) &&
-        replay.subscriber.enabled[call->domain][call->cbid]) {
+    lock();
+    if (replay.subscribed && cbid < domain_size(domain) &&
+        replay.subscriber.enabled[domain][cbid]) {
         callback = replay.subscriber.callback;
-        userdata = replay.subscriber.userdata;
+        *userdata = replay.subscriber.userdata;
     }
     unlock();
+    return callback;
+}
+
+/* Calls the subscriber for `site` if it enabled this domain/cbid, without holding the lock. */
+static void call_subscriber(struct api_call *call, CUpti_ApiCallbackSite site) {
+    void *userdata = NULL;
+    CUpti_CallbackFunc callback = enabled_callback(call->domain, call->cbid, &userdata);
     if (!callback)
         return;
     call->data.callbackSite = site;
@@ -578,29 +602,158 @@ static void record_api_call(const struct api_call *call, uint64_t start, uint64_
     unlock();
 }
 
+/* The calls open on this thread (entered, not yet exited), innermost last. Each keeps its
+ * callback data where the client's pointer to it stays valid until its EXIT. */
+struct open_call {
+    struct api_call call;
+    uint64_t start;
+};
+
+static _Thread_local struct {
+    struct open_call calls[CUPTI_REPLAY_MAX_OPEN_CALLS];
+    int depth;
+} open_calls;
+
+uint32_t cupti_replay_api_enter(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                                const char *function_name, const char *symbol_name,
+                                const void *params) {
+    if (open_calls.depth == CUPTI_REPLAY_MAX_OPEN_CALLS) {
+        fprintf(stderr,
+                "libcupti_replay: cupti_replay_api_enter(%s): %d calls open on this thread "
+                "already: ignored\n",
+                function_name ? function_name : "?", CUPTI_REPLAY_MAX_OPEN_CALLS);
+        return 0;
+    }
+    struct open_call *open = &open_calls.calls[open_calls.depth++];
+    struct api_call *call = &open->call;
+    memset(open, 0, sizeof(*open));
+    call->domain = domain;
+    call->cbid = cbid;
+    call->data.functionName = function_name;
+    call->data.symbolName = symbol_name;
+    call->data.functionParams = params;
+    call->data.functionReturnValue = &call->return_value;
+    call->data.correlationData = &call->correlation_data;
+    lock();
+    call->data.correlationId = ++replay.last_correlation_id;
+    unlock();
+
+    open->start = clock_now();
+    call_subscriber(call, CUPTI_API_ENTER);
+    return call->data.correlationId;
+}
+
+void cupti_replay_api_exit(uint32_t corr, int return_value) {
+    int depth = open_calls.depth;
+    uint32_t innermost = depth ? open_calls.calls[depth - 1].call.data.correlationId : 0;
+    if (depth == 0) {
+        fprintf(stderr,
+                "libcupti_replay: cupti_replay_api_exit(%u): no call open on this thread: "
+                "ignored\n",
+                corr);
+        return;
+    }
+    if (corr != innermost) {
+        fprintf(stderr,
+                "libcupti_replay: cupti_replay_api_exit(%u): the innermost open call of this "
+                "thread is %u: ignored\n",
+                corr, innermost);
+        return;
+    }
+    struct open_call *open = &open_calls.calls[depth - 1];
+    open->call.return_value = return_value;
+    uint64_t end = clock_now();
+    call_subscriber(&open->call, CUPTI_API_EXIT);
+    record_api_call(&open->call, open->start, end);
+    open_calls.depth = depth - 1; /* the slot is free once the client is done with it */
+}
+
 uint32_t cupti_replay_api_ex(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                              const char *function_name, const char *symbol_name, const void *params,
                              int return_value) {
-    struct api_call call;
-    memset(&call, 0, sizeof(call));
-    call.domain = domain;
-    call.cbid = cbid;
-    call.return_value = return_value;
-    call.data.functionName = function_name;
-    call.data.symbolName = symbol_name;
-    call.data.functionParams = params;
-    call.data.functionReturnValue = &call.return_value;
-    call.data.correlationData = &call.correlation_data;
-    lock();
-    call.data.correlationId = ++replay.last_correlation_id;
-    unlock();
+    uint32_t corr = cupti_replay_api_enter(domain, cbid, function_name, symbol_name, params);
+    if (corr)
+        cupti_replay_api_exit(corr, return_value);
+    return corr;
+}
 
-    uint64_t start = clock_now();
-    call_subscriber(&call, CUPTI_API_ENTER);
-    uint64_t end = clock_now();
-    call_subscriber(&call, CUPTI_API_EXIT);
-    record_api_call(&call, start, end);
-    return call.data.correlationId;
+/* ---- resources and graph ids ---- */
+
+void cupti_replay_resource(CUpti_CallbackId cbid, CUcontext context, void *resource_descriptor) {
+    void *userdata = NULL;
+    CUpti_CallbackFunc callback = enabled_callback(CUPTI_CB_DOMAIN_RESOURCE, cbid, &userdata);
+    if (!callback)
+        return;
+    CUpti_ResourceData data;
+    memset(&data, 0, sizeof(data));
+    data.context = context;
+    data.resourceHandle.stream = NULL;
+    data.resourceDescriptor = resource_descriptor;
+    callback(userdata, CUPTI_CB_DOMAIN_RESOURCE, cbid, &data);
+}
+
+static void register_id(struct id_registry *r, const void *handle, uint64_t id) {
+    if (!handle)
+        return;
+    lock();
+    for (size_t i = 0; i < r->count; i++) {
+        if (r->entries[i].handle == handle) {
+            r->entries[i].id = id;
+            unlock();
+            return;
+        }
+    }
+    if (r->count == r->capacity) {
+        size_t capacity = r->capacity ? r->capacity * 2 : 64;
+        struct handle_id *grown = realloc(r->entries, capacity * sizeof(*grown));
+        if (!grown) {
+            unlock();
+            fputs("libcupti_replay: out of memory\n", stderr);
+            abort();
+        }
+        r->entries = grown;
+        r->capacity = capacity;
+    }
+    r->entries[r->count++] = (struct handle_id){.handle = handle, .id = id};
+    unlock();
+}
+
+/* The id registered for handle, as CUPTI answers: a NULL handle or out pointer, or a handle
+ * nobody registered, is CUPTI_ERROR_INVALID_PARAMETER (the real one says so for NULL). */
+static CUptiResult lookup_id(const struct id_registry *r, const void *handle, uint64_t *id) {
+    if (!handle || !id)
+        return CUPTI_ERROR_INVALID_PARAMETER;
+    CUptiResult rc = CUPTI_ERROR_INVALID_PARAMETER;
+    lock();
+    for (size_t i = 0; i < r->count; i++) {
+        if (r->entries[i].handle == handle) {
+            *id = r->entries[i].id;
+            rc = CUPTI_SUCCESS;
+            break;
+        }
+    }
+    unlock();
+    return rc;
+}
+
+void cupti_replay_set_graph_node_id(CUgraphNode node, uint64_t id) {
+    register_id(&replay.node_ids, node, id);
+}
+
+void cupti_replay_set_graph_id(CUgraph graph, uint32_t id) {
+    register_id(&replay.graph_ids, graph, id);
+}
+
+CUptiResult CUPTIAPI cuptiGetGraphNodeId(CUgraphNode node, uint64_t *nodeId) {
+    return lookup_id(&replay.node_ids, node, nodeId);
+}
+
+CUptiResult CUPTIAPI cuptiGetGraphId(CUgraph graph, uint32_t *pId) {
+    uint64_t id = 0;
+    CUptiResult rc = lookup_id(&replay.graph_ids, graph, pId ? &id : NULL);
+    if (rc == CUPTI_SUCCESS)
+        *pId = (uint32_t)id;
+    return rc;
 }
 
 uint32_t cupti_replay_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,

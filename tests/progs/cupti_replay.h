@@ -40,7 +40,7 @@
  * callback (when enabled), a fresh correlation id (1, 2, 3... process-wide), and a
  * CUpti_ActivityAPI record (start at ENTER, end at EXIT) when that API's activity is enabled.
  * functionName/symbolName go into CUpti_CallbackData (functionParams is NULL, the return value
- * 0). Returns the correlation id. */
+ * 0). Returns the correlation id. Same as cupti_replay_api_enter then cupti_replay_api_exit. */
 uint32_t cupti_replay_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                           const char *function_name, const char *symbol_name);
 
@@ -50,6 +50,34 @@ uint32_t cupti_replay_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
 uint32_t cupti_replay_api_ex(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                              const char *function_name, const char *symbol_name, const void *params,
                              int return_value);
+
+/* The same call in two halves, for a call that does something between its callbacks (a captured
+ * launch makes its graph node there: cupti_replay_resource) or that encloses another call (a
+ * runtime call around the driver call it makes). _enter does the ENTER callback (when enabled)
+ * and returns the call's fresh correlation id; _exit does the EXIT callback of that call (with
+ * `return_value`) and queues its API record when that API's activity is enabled (start at ENTER,
+ * end at EXIT). Calls nest on a thread, at most CUPTI_REPLAY_MAX_OPEN_CALLS deep (a deeper _enter
+ * makes no call: it says so on stderr and returns 0); _exit must name the innermost open call of
+ * this thread, else it does nothing but say so on stderr. The CUpti_CallbackData of both
+ * callbacks is one object, as CUPTI's (correlationData written at ENTER is there at EXIT). */
+#define CUPTI_REPLAY_MAX_OPEN_CALLS 8
+uint32_t cupti_replay_api_enter(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                                const char *function_name, const char *symbol_name,
+                                const void *params);
+void cupti_replay_api_exit(uint32_t corr, int return_value);
+
+/* The driver telling the subscriber about a resource on this thread: one callback of domain
+ * CUPTI_CB_DOMAIN_RESOURCE, `cbid` (when that callback is enabled), whose CUpti_ResourceData holds
+ * `context`, resourceHandle.stream NULL and `resource_descriptor` (for the graph cbids, e.g.
+ * CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED and _CLONED, a CUpti_GraphData). */
+void cupti_replay_resource(CUpti_CallbackId cbid, CUcontext context, void *resource_descriptor);
+
+/* What cuptiGetGraphNodeId / cuptiGetGraphId answer for a handle (CUPTI's unique ids, which
+ * the records' graphNodeId / graphId carry); registering a handle again replaces its id. These
+ * are the driver's: cuptiFinalize keeps them. An unregistered or NULL handle (or a NULL out
+ * pointer) is CUPTI_ERROR_INVALID_PARAMETER. */
+void cupti_replay_set_graph_node_id(CUgraphNode node, uint64_t id);
+void cupti_replay_set_graph_id(CUgraph graph, uint32_t id);
 
 /* Queue one kernel / memcpy / memset record (only when its kind is enabled: else return -1).
  * Kernel records are CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL (KIND_KERNEL when only that kind is

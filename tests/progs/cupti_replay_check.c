@@ -1,14 +1,16 @@
 /* cupti_replay_check: a tiny CUPTI subscriber that tests of the CUPTI test double
  * (libcupti_replay.so) drive step by step. Each argument is one step ("subscribe:NAME",
  * "cb:2:211:1", "api:2:211", "kernel:1:k:100:200", "flush", ...; see usage()); every step and
- * every callback the double makes (API callbacks, buffer requests, completed buffers and the
- * records in them) is printed as one JSON object per line, so a test can compare what a client
- * receives with what the test scripted.
+ * every callback the double makes (API and resource callbacks, buffer requests, completed buffers
+ * and the records in them) is printed as one JSON object per line, so a test can compare what a
+ * client receives with what the test scripted.
  *
  * With --lib PATH the CUPTI functions come from that library (dlopen, dlsym on its handle)
  * instead of the linked double (the real libcupti.so is linked -Bsymbolic, so it never calls
  * into the double's exports): run against the real libcupti.so, the driver-free steps (walk:,
- * result:, bad parameters) tell whether the double answers as CUPTI does. */
+ * result:, bad parameters, getnode:0, getgraph:0) tell whether the double answers as CUPTI does.
+ * The script's own steps (api:, enter:, resource:, kernel:, nodeid:, ...) always go to the
+ * double. */
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -43,6 +45,8 @@ struct cupti_api {
     CUptiResult (*get_timestamp)(uint64_t *);
     CUptiResult (*set_attribute)(CUpti_ActivityAttribute, size_t *, void *);
     CUptiResult (*finalize)(void);
+    CUptiResult (*get_graph_node_id)(CUgraphNode, uint64_t *);
+    CUptiResult (*get_graph_id)(CUgraph, uint32_t *);
 };
 
 /* What the client side keeps between steps. */
@@ -119,10 +123,44 @@ static void print_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
     out_unlock();
 }
 
+static uint64_t handle_value(const void *handle) {
+    return (uint64_t)(uintptr_t)handle;
+}
+
+/* A resource callback; with a descriptor (the check only passes CUpti_GraphData) its graph
+ * fields and what cuptiGetGraphNodeId / cuptiGetGraphId say of the node and graph, asked from
+ * inside the callback. */
+static void print_resource(CUpti_CallbackId cbid, const CUpti_ResourceData *data) {
+    const CUpti_GraphData *g = data->resourceDescriptor;
+    uint64_t node_id = 0;
+    uint32_t graph_id = 0;
+    CUptiResult node_rc = g ? client.api.get_graph_node_id(g->node, &node_id) : CUPTI_SUCCESS;
+    CUptiResult graph_rc = g ? client.api.get_graph_id(g->graph, &graph_id) : CUPTI_SUCCESS;
+    out_lock();
+    printf("{\"ev\":\"resource\",\"cbid\":%u,\"context\":%" PRIu64 ",\"stream\":%" PRIu64
+           ",\"tid\":%ld,\"descriptor\":%d",
+           cbid, handle_value(data->context), handle_value(data->resourceHandle.stream),
+           progs_gettid(), g != NULL);
+    if (g)
+        printf(",\"graph\":%" PRIu64 ",\"original_graph\":%" PRIu64 ",\"node\":%" PRIu64
+               ",\"original_node\":%" PRIu64 ",\"node_type\":%d,\"dependency\":%" PRIu64
+               ",\"graph_exec\":%" PRIu64 ",\"node_rc\":%d,\"node_id\":%" PRIu64
+               ",\"graph_rc\":%d,\"graph_id\":%u",
+               handle_value(g->graph), handle_value(g->originalGraph), handle_value(g->node),
+               handle_value(g->originalNode), (int)g->nodeType, handle_value(g->dependency),
+               handle_value(g->graphExec), (int)node_rc, node_id, (int)graph_rc, graph_id);
+    puts("}");
+    out_unlock();
+}
+
 /* At ENTER stores corr * 1000 + 7 in correlationData; EXIT prints what it finds there. */
 static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                                  const void *cbdata) {
     (void)userdata;
+    if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
+        print_resource(cbid, cbdata);
+        return;
+    }
     const CUpti_CallbackData *data = cbdata;
     if (domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API)
         return;
@@ -379,6 +417,104 @@ static void step_api(const struct step *s) {
     printf("{\"op\":\"api\",\"corr\":%u,\"pthread\":%u,\"gettid\":%ld,\"pid\":%d,"
            "\"before\":%" PRIu64 ",\"after\":%" PRIu64 "}\n",
            corr, (uint32_t)(uintptr_t)pthread_self(), progs_gettid(), (int)getpid(), before, after);
+    out_unlock();
+}
+
+/* enter:DOMAIN:CBID[:FUNCTION[:SYMBOL]] -> cupti_replay_api_enter */
+static void step_enter(const struct step *s) {
+    uint32_t corr = cupti_replay_api_enter(
+        (CUpti_CallbackDomain)field_num(s, 0, 2), (CUpti_CallbackId)field_num(s, 1, 211),
+        field_str(s, 2, "cudaLaunchKernel"), field_str(s, 3, "kern"), NULL);
+    out_lock();
+    printf("{\"op\":\"enter\",\"corr\":%u}\n", corr);
+    out_unlock();
+}
+
+/* exit:CORR[:RETURN] -> cupti_replay_api_exit */
+static void step_exit(const struct step *s) {
+    uint32_t corr = (uint32_t)field_num(s, 0, 1);
+    cupti_replay_api_exit(corr, (int)field_num(s, 1, 0));
+    out_lock();
+    printf("{\"op\":\"exit\",\"corr\":%u}\n", corr);
+    out_unlock();
+}
+
+struct exit_job {
+    uint32_t corr;
+    int return_value;
+};
+
+static void *exit_on_thread(void *arg) {
+    const struct exit_job *job = arg;
+    cupti_replay_api_exit(job->corr, job->return_value);
+    return NULL;
+}
+
+/* exit_thread:CORR[:RETURN] -> cupti_replay_api_exit on another thread (which has no open
+ * call) */
+static void step_exit_thread(const struct step *s) {
+    struct exit_job job = {(uint32_t)field_num(s, 0, 1), (int)field_num(s, 1, 0)};
+    pthread_t thread;
+    pthread_create(&thread, NULL, exit_on_thread, &job);
+    pthread_join(thread, NULL);
+    out_lock();
+    printf("{\"op\":\"exit_thread\",\"corr\":%u}\n", job.corr);
+    out_unlock();
+}
+
+/* resource:CBID[:CONTEXT[:GRAPH:NODE[:ORIG_GRAPH:ORIG_NODE:EXEC[:TYPE[:DEPENDENCY]]]]] ->
+ * cupti_replay_resource; from GRAPH on the descriptor is a CUpti_GraphData (else NULL). Handles
+ * are numbers (0: NULL). */
+static void step_resource(const struct step *s) {
+    CUpti_CallbackId cbid =
+        (CUpti_CallbackId)field_num(s, 0, CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED);
+    CUpti_GraphData g = {
+        .graph = (CUgraph)(uintptr_t)field_num(s, 2, 0),
+        .node = (CUgraphNode)(uintptr_t)field_num(s, 3, 0),
+        .originalGraph = (CUgraph)(uintptr_t)field_num(s, 4, 0),
+        .originalNode = (CUgraphNode)(uintptr_t)field_num(s, 5, 0),
+        .graphExec = (CUgraphExec)(uintptr_t)field_num(s, 6, 0),
+        .nodeType = (CUgraphNodeType)field_num(s, 7, CU_GRAPH_NODE_TYPE_KERNEL),
+        .dependency = (CUgraphNode)(uintptr_t)field_num(s, 8, 0),
+    };
+    cupti_replay_resource(cbid, (CUcontext)(uintptr_t)field_num(s, 1, 0), s->n > 2 ? &g : NULL);
+    out_lock();
+    printf("{\"op\":\"resource\",\"cbid\":%u}\n", cbid);
+    out_unlock();
+}
+
+/* nodeid:HANDLE:ID -> cupti_replay_set_graph_node_id */
+static void step_nodeid(const struct step *s) {
+    cupti_replay_set_graph_node_id((CUgraphNode)(uintptr_t)field_num(s, 0, 0), field_num(s, 1, 0));
+}
+
+/* graphid:HANDLE:ID -> cupti_replay_set_graph_id */
+static void step_graphid(const struct step *s) {
+    cupti_replay_set_graph_id((CUgraph)(uintptr_t)field_num(s, 0, 0), (uint32_t)field_num(s, 1, 0));
+}
+
+/* getnode:HANDLE[:null] -> cuptiGetGraphNodeId (with "null": a NULL out pointer); the id is
+ * printed as found in the out variable (77 before the call). */
+static void step_getnode(const struct step *s) {
+    uint64_t handle = field_num(s, 0, 0), id = 77;
+    bool null_out = strcmp(field_str(s, 1, ""), "null") == 0;
+    CUptiResult rc =
+        client.api.get_graph_node_id((CUgraphNode)(uintptr_t)handle, null_out ? NULL : &id);
+    out_lock();
+    printf("{\"op\":\"getnode\",\"handle\":%" PRIu64 ",\"rc\":%d,\"id\":%" PRIu64 "}\n", handle,
+           (int)rc, id);
+    out_unlock();
+}
+
+/* getgraph:HANDLE[:null] -> cuptiGetGraphId, as getnode. */
+static void step_getgraph(const struct step *s) {
+    uint64_t handle = field_num(s, 0, 0);
+    uint32_t id = 77;
+    bool null_out = strcmp(field_str(s, 1, ""), "null") == 0;
+    CUptiResult rc = client.api.get_graph_id((CUgraph)(uintptr_t)handle, null_out ? NULL : &id);
+    out_lock();
+    printf("{\"op\":\"getgraph\",\"handle\":%" PRIu64 ",\"rc\":%d,\"id\":%u}\n", handle, (int)rc,
+           id);
     out_unlock();
 }
 
@@ -649,6 +785,14 @@ static const struct {
     {"rtapi", step_rtapi},
     {"drvapi", step_drvapi},
     {"api", step_api},
+    {"enter", step_enter},
+    {"exit", step_exit},
+    {"exit_thread", step_exit_thread},
+    {"resource", step_resource},
+    {"nodeid", step_nodeid},
+    {"graphid", step_graphid},
+    {"getnode", step_getnode},
+    {"getgraph", step_getgraph},
     {"kernel", step_kernel},
     {"memcpy", step_memcpy},
     {"memset", step_memset},
@@ -726,6 +870,8 @@ static void resolve_api(void *lib) {
     RESOLVE(get_timestamp, cuptiGetTimestamp);
     RESOLVE(set_attribute, cuptiActivitySetAttribute);
     RESOLVE(finalize, cuptiFinalize);
+    RESOLVE(get_graph_node_id, cuptiGetGraphNodeId);
+    RESOLVE(get_graph_id, cuptiGetGraphId);
 }
 
 static void usage(FILE *out) {
@@ -740,7 +886,10 @@ static void usage(FILE *out) {
         "       memcpy:CORR:KIND:BYTES:START:END[...] memset:CORR:BYTES:START:END[...]\n"
         "       drop:N dropped dropped_null flush[:FLAG] deliver:N:REV flush_order:N:REV\n"
         "       flush_in_exit[:ON] now replay_now now_null pending finalize result:CODE\n"
-        "       result_null attr:ATTR:SIZE walk:CASE threads:N:M\n");
+        "       result_null attr:ATTR:SIZE walk:CASE threads:N:M\n"
+        "       enter:DOMAIN:CBID[:FN[:SYM]] exit:CORR[:RET] exit_thread:CORR[:RET]\n"
+        "       resource:CBID[:CTX[:GRAPH:NODE[:ORIG_GRAPH:ORIG_NODE:EXEC[:TYPE[:DEP]]]]]\n"
+        "       nodeid:HANDLE:ID graphid:HANDLE:ID getnode:HANDLE[:null] getgraph:HANDLE[:null]\n");
 }
 
 int main(int argc, char **argv) {

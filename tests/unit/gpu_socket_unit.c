@@ -24,7 +24,7 @@
 #define MS 1000000ull
 
 /* What the server handed on, in order. */
-enum seen_kind { SEEN_HELLO, SEEN_NAME, SEEN_RECORD, SEEN_CLOSE, SEEN_CUPTI };
+enum seen_kind { SEEN_HELLO, SEEN_NAME, SEEN_RECORD, SEEN_CLOSE, SEEN_CUPTI, SEEN_NODE };
 
 struct seen {
     enum seen_kind kind;
@@ -76,6 +76,15 @@ static void on_cupti(void *ctx, pid_t pid, const struct np_wire_cupti *c) {
     add_seen(e);
 }
 
+static void on_graph_node(void *ctx, pid_t pid, const struct np_wire_graph_node *n) {
+    (void)ctx;
+    add_seen((struct seen){.kind = SEEN_NODE,
+                           .pid = pid,
+                           .handle = n->node_id,
+                           .len = n->original_node_id,
+                           .corr = n->correlation_id});
+}
+
 static void on_close(void *ctx, pid_t pid) {
     (void)ctx;
     add_seen((struct seen){.kind = SEEN_CLOSE, .pid = pid});
@@ -87,6 +96,7 @@ static const struct np_gpu_server_ops ops = {
     .on_record = on_record,
     .on_names = on_names,
     .on_cupti = on_cupti,
+    .on_graph_node = on_graph_node,
     .on_close = on_close,
 };
 
@@ -108,7 +118,7 @@ static void header(struct frame *f, uint16_t type, uint32_t pid) {
 static void finish(struct frame *f, uint32_t count) {
     struct np_wire_header *h = (void *)f->buf;
     h->size = f->len;
-    if (h->type == NP_WIRE_NAMES || h->type == NP_WIRE_ACTIVITY)
+    if (h->type == NP_WIRE_NAMES || h->type == NP_WIRE_ACTIVITY || h->type == NP_WIRE_GRAPH_NODES)
         ((struct np_wire_names *)f->buf)->count = count;
 }
 
@@ -416,6 +426,74 @@ static void test_adopt_limit(void) {
         close(theirs[i]);
 }
 
+/* GRAPH_NODES: each entry handed on, in order, before the records after it;
+ * a malformed frame rejects the client and hands on nothing of it. */
+static void nodes_start(struct frame *f) {
+    memset(f, 0, sizeof(*f));
+    header(f, NP_WIRE_GRAPH_NODES, (uint32_t)getpid());
+    f->len = sizeof(struct np_wire_graph_nodes);
+}
+
+static void node_entry(struct frame *f, uint32_t event, uint64_t id, uint64_t original,
+                       uint32_t corr) {
+    struct np_wire_graph_node *e = (void *)(f->buf + f->len);
+    *e = (struct np_wire_graph_node){
+        .node_id = id, .original_node_id = original, .correlation_id = corr, .event = event};
+    f->len += sizeof(*e);
+}
+
+static int nodes_frame_outcome(const struct frame *nodes) {
+    int mine;
+    nseen = 0;
+    struct np_gpu_server *s = server_with_client(&mine);
+    struct frame f;
+    hello(&f, (uint32_t)getpid(), NP_ORIGIN_START);
+    CHECK(send_frame(mine, &f));
+    CHECK(send_frame(mine, nodes));
+    activity(&f, 77);
+    send_frame(mine, &f);
+    np_gpu_server_poll(s);
+    int rejected = (int)np_gpu_server_stats(s)->clients_rejected;
+    close(mine);
+    np_gpu_server_close(s);
+    return rejected;
+}
+
+static void test_graph_nodes(void) {
+    struct frame f;
+    nodes_start(&f);
+    node_entry(&f, NP_GRAPH_NODE_CREATED, 101, 0, 12);
+    node_entry(&f, NP_GRAPH_NODE_CLONED, 1001, 101, 0);
+    finish(&f, 2);
+    CHECK(nodes_frame_outcome(&f) == 0);
+    CHECK(nseen >= 4 && seen[1].kind == SEEN_NODE && seen[1].handle == 101 && seen[1].corr == 12 &&
+          seen[2].kind == SEEN_NODE && seen[2].handle == 1001 && seen[2].len == 101 &&
+          seen[3].kind == SEEN_RECORD && seen[3].corr == 77);
+    struct {
+        uint32_t event;
+        uint64_t id, original;
+        uint32_t count_more;                       /* announce more entries than there are */
+    } bad[] = {{NP_GRAPH_NODE_CREATED, 0, 0, 0},   /* node id 0 */
+               {NP_GRAPH_NODE_CLONED, 1001, 0, 0}, /* a clone of nothing */
+               {7, 101, 0, 0},                     /* no such event */
+               {NP_GRAPH_NODE_CREATED, 101, 0, 1}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        nodes_start(&f);
+        node_entry(&f, NP_GRAPH_NODE_CREATED, 5, 0, 1); /* a good one first */
+        node_entry(&f, bad[i].event, bad[i].id, bad[i].original, 0);
+        finish(&f, 2 + bad[i].count_more);
+        CHECK(nodes_frame_outcome(&f) == 1);
+        for (int k = 0; k < nseen; k++)
+            CHECK(seen[k].kind != SEEN_NODE && seen[k].kind != SEEN_RECORD);
+    }
+    /* bytes after the last entry */
+    nodes_start(&f);
+    node_entry(&f, NP_GRAPH_NODE_CREATED, 5, 0, 1);
+    f.len += 8;
+    finish(&f, 1);
+    CHECK(nodes_frame_outcome(&f) == 1);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_DFL); /* the server must not need SIGPIPE ignored */
     np_log_set_level(NP_LOG_ERROR);
@@ -425,6 +503,7 @@ int main(void) {
     test_bad_names();
     test_names_before_hello();
     test_cupti_frame();
+    test_graph_nodes();
     test_adopted_rules();
     test_adopt_refused();
     test_adopt_limit();

@@ -27,6 +27,7 @@
 #include "lib/hashmap.h"
 #include "lib/json.h"
 #include "lib/util.h"
+#include "ncclprobe/recording.h"
 #include "symbolize/pycode.h"
 #include "symbolize/symbolize.h"
 #include "writers/output.h"
@@ -831,6 +832,129 @@ static void test_graphs(void) {
     np_graphs_free(&g);
 }
 
+/* A kernel record of a graph replay, as the CUPTI library sends it. */
+static struct np_gpu_record *replay_record(const char *name, uint64_t node_id, uint64_t start) {
+    uint32_t len = (uint32_t)strlen(name);
+    struct np_gpu_record *r = calloc(1, np_gpu_record_size(len));
+    CHECK(r != NULL);
+    r->size = (uint16_t)np_gpu_record_size(len);
+    r->kind = NP_GPU_KERNEL;
+    r->graph_id = 2;
+    r->graph_node_id = node_id;
+    r->start_ns = start, r->end_ns = start + 5;
+    r->name_len = (uint16_t)len;
+    memcpy(r->name, name, len);
+    return r;
+}
+
+static void set_texts(struct np_stack_texts *t, const char *folded) {
+    np_str_reset(&t->folded), np_str_reset(&t->detailed), np_str_reset(&t->locations);
+    np_str_append(&t->folded, folded);
+    np_str_append(&t->detailed, folded);
+    np_str_append(&t->locations, "{},{},{}");
+}
+
+static struct np_wire_graph_node cupti_node(uint32_t event, uint64_t id, uint64_t original,
+                                            uint32_t corr) {
+    struct np_wire_graph_node e = {.node_id = id,
+                                   .original_node_id = original,
+                                   .correlation_id = corr,
+                                   .graph_id = 1,
+                                   .event = event};
+    return e;
+}
+
+/* CUPTI's node identity: captured launches' markers, nodes created and
+ * cloned, replayed records tied by node id, else by kernel order. */
+static void test_graph_identity(void) {
+    struct np_graphs g;
+    np_graphs_init(&g);
+    const struct np_probe_def *begin = graph_def("cuStreamBeginCapture_v2");
+    const struct np_probe_def *end = graph_def("cuStreamEndCapture");
+    const struct np_probe_def *launch = graph_def("cuLaunchKernel");
+    const struct np_probe_def *inst = graph_def("cuGraphInstantiateWithFlags");
+    struct np_stack_texts t;
+    np_str_init(&t.folded), np_str_init(&t.detailed), np_str_init(&t.locations);
+    struct np_graph_event e = graph_call(NP_GOP_BEGIN, 0x100, 0, 0, 0);
+    np_graphs_on_call(&g, begin, &e);
+    uint64_t c = np_graphs_capture_of(&g, 0x100, 7, launch);
+    /* two gemm nodes from two lines: a runtime call around a driver call, then a driver call */
+    set_texts(&t, "main;capture_mlp;cudaLaunchKernel");
+    np_graphs_thread_launch(&g, 7, 0);
+    CHECK(np_graphs_add_node(&g, c, "gemm", &t) == 0);
+    np_graphs_thread_launch(&g, 7, c);
+    CHECK(np_graphs_marker(&g, 7, 11, 2) && np_graphs_marker(&g, 7, 12, 1));
+    CHECK(!np_graphs_marker(&g, 7, 13, 1)); /* a second driver call: not this launch's */
+    CHECK(!np_graphs_marker(&g, 8, 14, 1)); /* another thread */
+    set_texts(&t, "main;capture_proj;cuLaunchKernel");
+    np_graphs_thread_launch(&g, 7, 0);
+    CHECK(np_graphs_add_node(&g, c, "gemm", &t) == 0);
+    np_graphs_thread_launch(&g, 7, c);
+    CHECK(np_graphs_marker(&g, 7, 21, 1));
+    set_texts(&t, "main;capture_proj;cuLaunchKernel");
+    np_graphs_thread_launch(&g, 7, 0);
+    CHECK(np_graphs_add_node(&g, c, "ns::kern", &t) == 0);
+    np_graphs_thread_launch(&g, 7, c);
+    np_graphs_thread_launch(&g, 7, 0); /* an eager launch: its marker is the join's */
+    CHECK(!np_graphs_marker(&g, 7, 31, 1));
+    e = graph_call(NP_GOP_END, 0x100, 0, 0xa0, 0);
+    np_graphs_on_call(&g, end, &e);
+    e = graph_call(NP_GOP_INSTANTIATE, 0, 0xa0, 0xe0, 0);
+    np_graphs_on_call(&g, inst, &e);
+    struct np_wire_graph_node nodes[] = {
+        cupti_node(NP_GRAPH_NODE_CREATED, 101, 0, 12), /* the driver call's id names it */
+        cupti_node(NP_GRAPH_NODE_CREATED, 102, 0, 21),
+        cupti_node(NP_GRAPH_NODE_CREATED, 103, 0, 0), /* added explicitly: not kept */
+        cupti_node(NP_GRAPH_NODE_CLONED, 1001, 101, 0),
+        cupti_node(NP_GRAPH_NODE_CLONED, 1002, 102, 0),
+        cupti_node(NP_GRAPH_NODE_CLONED, 2001, 1001, 0), /* a clone of a clone */
+    };
+    for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++)
+        np_graphs_cupti_node(&g, &nodes[i]);
+    CHECK(g.stats.cupti_nodes == 5);
+    const struct np_graph_node *a = np_graphs_node_of(&g, 1001), *b = np_graphs_node_of(&g, 1002);
+    CHECK(a && strcmp(a->stack->folded, "main;capture_mlp;cudaLaunchKernel") == 0);
+    CHECK(b && strcmp(b->stack->folded, "main;capture_proj;cuLaunchKernel") == 0);
+    CHECK(np_graphs_node_of(&g, 2001) == a && np_graphs_node_of(&g, 103) == NULL &&
+          np_graphs_node_of(&g, 999) == NULL);
+
+    const char *why = NULL;
+    struct np_graph_nodes *list = np_graphs_replay(&g, 0xe0, &why);
+    set_texts(&t, "main;replay_step;cuGraphLaunch");
+    struct np_graph_replay *r = np_graph_replay_new(list, &t);
+    np_graph_nodes_put(list);
+    CHECK(r != NULL);
+    /* proj's gemm ran first; a record of a node never announced; the
+     * mangled name of ns::kern */
+    struct np_gpu_record *recs[] = {
+        replay_record("gemm", 1002, 10), replay_record("gemm", 1001, 20),
+        replay_record("_ZN2ns4kernEv", 1003, 30), replay_record("other", 1004, 40)};
+    const struct np_graph_node *node[4];
+    const char *by[4];
+    np_graphs_attribute(&g, r, recs, 4, node, by);
+    CHECK(node[0] == b && node[1] == a && strcmp(by[0], NP_CAPTURE_BY_NODE) == 0);
+    CHECK(node[2] && strcmp(node[2]->kernel, "ns::kern") == 0 &&
+          strcmp(by[2], NP_CAPTURE_BY_ORDER) == 0);
+    CHECK(node[3] == NULL && by[3] == NULL);
+    CHECK(g.stats.records_by_node == 2 && g.stats.records_by_order == 1 &&
+          g.stats.records_unattributed == 1);
+    /* without node ids (the process gone): kernel order, as they started */
+    np_graphs_attribute(NULL, r, recs, 4, node, by);
+    CHECK(node[0] == &r->nodes->v[0] && node[1] == &r->nodes->v[1] &&
+          strcmp(by[1], NP_CAPTURE_BY_ORDER) == 0 && node[3] == NULL);
+    for (size_t i = 0; i < 4; i++)
+        free(recs[i]);
+    /* destroyed: the ids no longer name anything */
+    np_graph_replay_free(r);
+    e = graph_call(NP_GOP_GRAPH_DESTROY, 0xa0, 0, 0, 0);
+    np_graphs_on_call(&g, graph_def("cuGraphDestroy"), &e);
+    e = graph_call(NP_GOP_EXEC_DESTROY, 0xe0, 0, 0, 0);
+    np_graphs_on_call(&g, graph_def("cuGraphExecDestroy"), &e);
+    CHECK(np_graphs_node_of(&g, 1001) == NULL && g.lists.count == 0);
+    np_str_free(&t.folded), np_str_free(&t.detailed), np_str_free(&t.locations);
+    np_graphs_free(&g);
+}
+
 int main(void) {
     test_demangle();
     test_thunk();
@@ -841,6 +965,7 @@ int main(void) {
     test_hashmap_delete();
     test_gpu_join();
     test_graphs();
+    test_graph_identity();
     test_nccl_dwarf_layout();
     test_nccl_plan_decode();
     test_nccl_plan_versions();
