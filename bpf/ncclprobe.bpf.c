@@ -273,7 +273,14 @@ static long stack_vma_end(struct task_struct *task, struct vm_area_struct *vma, 
  * page, stopping at the end of the stack's mapping or at the first page
  * that is not present - a thread's never-touched static TLS sits above its
  * outermost frame, inside the same mapping - so every live frame is kept. */
-static __always_inline __u32 copy_user_stack(struct np_launch_event *e) {
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, NP_STACK_HINTS_MAX);
+    __type(key, struct np_stack_hint_key);
+    __type(value, __u32);
+} stack_hints SEC(".maps");
+
+static __always_inline __u32 copy_user_stack(struct np_launch_event *e, __u64 pid_tgid) {
     __u64 end = 0, len = stack_bytes, copied = 0;
     __u8 *dst = (__u8 *)&e->data[1];
     struct task_struct *task = bpf_get_current_task_btf();
@@ -285,8 +292,17 @@ static __always_inline __u32 copy_user_stack(struct np_launch_event *e) {
     __u64 start_stack = BPF_CORE_READ(task, mm, start_stack);
     if (start_stack > e->sp && start_stack < end)
         end = start_stack + 8;
+    e->stack_top = end;
     if (end > e->sp && end - e->sp < len)
         len = end - e->sp;
+    /* what lies above this thread's outermost frame, unwinding never needs
+     * (a worker thread's TLS and thread descriptor: kilobytes) */
+    struct np_stack_hint_key hk = {.pid = pid_tgid >> 32, .tid = (__u32)pid_tgid, .stack_top = end};
+    __u32 *unneeded = bpf_map_lookup_elem(&stack_hints, &hk);
+    if (unneeded && end > e->sp + *unneeded && end - e->sp - *unneeded < len) {
+        len = end - e->sp - *unneeded;
+        e->flags |= NP_LF_STACK_HINTED;
+    }
     if (len > NP_MAX_STACK_BYTES)
         len = NP_MAX_STACK_BYTES;
     __u64 chunk = NP_PAGE - (e->sp & (NP_PAGE - 1)); /* up to the first page boundary */
@@ -578,7 +594,7 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
     if (stack_bytes) {
         e->flags |= NP_LF_STACK_COPY;
         e->data[0] = PT_REGS_IP(ctx);
-        copied = copy_user_stack(e);
+        copied = copy_user_stack(e, pid_tgid);
     } else {
         n = capture_fp_stack(ctx, e);
         if (n > NP_MAX_STACK)

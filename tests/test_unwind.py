@@ -15,6 +15,7 @@ is ncclprobe's `[module+0xOFFSET]`, and a trailing parameter list is dropped."""
 import difflib
 import re
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -221,6 +222,35 @@ def test_deep_recursion_large_stack_copy_is_complete(tmp_path, mode):
     assert leaf_first == ["cudaLaunchKernel"] + ["recurse"] * 300 + ["main"], (
         len(leaf_first), frames[:5], frames[-5:])
     assert frames[-1] == "[GPU_Kernel]deep_kernel"
+
+
+@pytest.mark.parametrize("where", ["main", "thread"])
+def test_stack_copy_follows_the_depth_of_each_launch(tmp_path, where):
+    """Once a thread has launched, BPF copies from sp only to just above its
+    outermost frame (stack_hints): one call site launching alternately 5 and
+    250 recurse frames deep gets every stack whole - the copy grows and
+    shrinks with the stack. On a worker thread (whose stack top holds
+    kilobytes of TLS no unwinding reads) nearly every copy is cut that way;
+    with --fixed-stack-copy none is."""
+    depths, repeat = [5, 250, 5, 250], 15
+    args = ["--depths", ",".join(map(str, depths)), "--repeat", str(repeat),
+            "--sleep-us", "3000"] + (["--thread"] if where == "thread" else [])
+    for fixed in (False, True):
+        extra = ["--fixed-stack-copy"] if fixed else []
+        rec = record(tmp_path, [*extra, "--", DEEP_NOFP, *args], name=f"rec{int(fixed)}")
+        assert rec.returncode == 0, rec.stderr
+        stacks = ext_stacks(rec)
+        assert len(stacks) == len(depths) * repeat
+        for frames in stacks:
+            assert "[truncated]" not in frames and "[unknown]" not in frames, frames
+        got = Counter(native_leaf_first(f).count("recurse") for f in stacks)
+        assert got == {5: 2 * repeat, 250: 2 * repeat}
+        unwind = rec.summary["unwind"]
+        assert unwind["complete"] == len(stacks) and unwind["stack_copies_short"] == 0
+        if fixed:
+            assert unwind["stack_copies_hinted"] == 0
+        elif where == "thread":
+            assert unwind["stack_copies_hinted"] >= len(stacks) // 2, unwind
 
 
 # ---------------------------------------------------------------- python3.11 vs gdb

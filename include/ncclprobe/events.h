@@ -100,18 +100,31 @@ struct np_probe_cfg {
 };
 
 enum np_launch_flags {
-    NP_LF_NESTED = 1u << 0,       /* fired inside another launch probe's activation, same thread */
-    NP_LF_VIA_THUNK = 1u << 1,    /* entered through a thunk: called_as names the thunk */
-    NP_LF_STACK_ERR = 1u << 2,    /* bpf_get_stack failed: stack_err holds the error */
-    NP_LF_DEREF_ERR = 1u << 3,    /* copying the dereferenced argument failed */
-    NP_LF_ARGS_ERR = 1u << 4,     /* reading the stack-passed arguments failed */
-    NP_LF_STACK_COPY = 1u << 5,   /* data[] holds a stack copy for DWARF unwinding */
-    NP_LF_PY = 1u << 6,           /* the thread runs Python: n_py frames follow */
-    NP_LF_PY_TRUNCATED = 1u << 7, /* more Python frames than --python-depth */
-    NP_LF_PY_ERR = 1u << 8,       /* a Python frame could not be read: the walk stopped */
-    NP_LF_PY_NO_THREAD = 1u << 9, /* a Python process, but this thread has no thread state */
-    NP_LF_PY_NEW = 1u << 10,      /* these code objects were not seen together before: the
-                                     reader was woken at once to read them while they live */
+    NP_LF_NESTED = 1u << 0,        /* fired inside another launch probe's activation, same thread */
+    NP_LF_VIA_THUNK = 1u << 1,     /* entered through a thunk: called_as names the thunk */
+    NP_LF_STACK_ERR = 1u << 2,     /* bpf_get_stack failed: stack_err holds the error */
+    NP_LF_DEREF_ERR = 1u << 3,     /* copying the dereferenced argument failed */
+    NP_LF_ARGS_ERR = 1u << 4,      /* reading the stack-passed arguments failed */
+    NP_LF_STACK_COPY = 1u << 5,    /* data[] holds a stack copy for DWARF unwinding */
+    NP_LF_PY = 1u << 6,            /* the thread runs Python: n_py frames follow */
+    NP_LF_PY_TRUNCATED = 1u << 7,  /* more Python frames than --python-depth */
+    NP_LF_PY_ERR = 1u << 8,        /* a Python frame could not be read: the walk stopped */
+    NP_LF_PY_NO_THREAD = 1u << 9,  /* a Python process, but this thread has no thread state */
+    NP_LF_PY_NEW = 1u << 10,       /* these code objects were not seen together before: the
+                                      reader was woken at once to read them while they live */
+    NP_LF_STACK_HINTED = 1u << 11, /* the stack copy was cut to its stack_hints entry */
+};
+
+/* The stack_hints map: how many bytes at the top of a thread's stack (below
+ * the end of its mapping, or of the main thread's start_stack) unwinding
+ * never needs - what lies above its outermost frame, less a margin, learned
+ * by the reader (src/ingest/stack_hints.c). BPF copies from sp up to there:
+ * exactly as deep as the stack is at each launch. Without an entry it copies
+ * --stack-bytes. */
+#define NP_STACK_HINTS_MAX 65536
+struct np_stack_hint_key {
+    __u32 pid, tid;
+    __u64 stack_top; /* struct np_launch_event.stack_top */
 };
 
 /* One CPython frame, innermost first, as the BPF walker saw it: the code
@@ -177,6 +190,8 @@ struct np_launch_event {
     __u32 stack_len;                 /* user stack bytes copied from sp upwards, after them */
     __u32 n_py;                      /* NP_LF_PY: Python frames after the stack (np_launch_py) */
     __u32 pad;
+    __u64 stack_top; /* DWARF modes: where the copy may end at most - the end of sp's mapping,
+                        or just above the main thread's start_stack (0: not found) */
     /* Frame-pointer mode: data[] holds bpf_get_stack's user stack - ips[0] is
      * the probed function, then the frame-pointer chain (kernels before 6.12
      * miss the caller at a function entry; user space inserts ret_addr then).

@@ -25,6 +25,7 @@ void np_ingest_settle(struct np_ingest *in) {
 
 void np_ingest_free(struct np_ingest *in) {
     np_ingest_settle(in);
+    np_stack_hints_free(&in->hints);
     np_str_free(&in->stack.folded);
     np_str_free(&in->stack.detailed);
     np_str_free(&in->stack.locations);

@@ -17,6 +17,7 @@
 
 #include <sys/types.h>
 
+#include "ingest/stack_hints.h"
 #include "lib/hashmap.h"
 #include "lib/util.h"
 
@@ -62,6 +63,8 @@ struct np_unwind_stats {
     uint64_t fp_fallback_frames;
     uint64_t bytes_needed[NP_UNWIND_BUCKETS];
     uint64_t max_bytes_needed;
+    uint64_t hinted;     /* copies cut to what unwinding needed there before */
+    uint64_t hint_short; /* ... that came out short (not complete): the hint is dropped */
 };
 
 /* A launch's stack as text, root first, frames joined by ';': folded (for
@@ -133,6 +136,7 @@ struct np_ingest {
     struct np_map nccl_pending;  /* tid -> struct np_nccl_plan * waiting for its launch record */
     struct np_ingest_stats stats;
     struct np_unwind_stats unwind;
+    struct np_stack_hints hints; /* how much stack BPF copies (stack_hints.h) */
 };
 
 /* libbpf ring_buffer sample callback; ctx is a struct np_ingest. */

@@ -404,6 +404,11 @@ void np_ingest_build_stack(struct np_ingest *ing, struct np_ingest_proc *t,
     }
     np_unwind(t->unwinder, e, ing->fp_fallback, &r);
     count_unwind(&ing->unwind, &r);
+    if (e->flags & NP_LF_STACK_HINTED) {
+        ing->unwind.hinted++;
+        ing->unwind.hint_short += r.end != NP_UNWIND_COMPLETE;
+    }
+    np_stack_hints_learn(&ing->hints, e, &r);
     in.pcs = r.pcs;
     in.n = r.n;
     in.root_marker = r.end == NP_UNWIND_COMPLETE    ? NULL

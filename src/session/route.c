@@ -6,6 +6,7 @@
  * CUPTI markers the join, library loads the attacher. Records go to the
  * session's output, or where its sink says (the daemon's output sets). */
 #define _GNU_SOURCE
+#include <bpf/libbpf.h>
 #include <errno.h>
 #include <string.h>
 
@@ -15,6 +16,7 @@
 #include "correlate/launch.h"
 #include "ingest/launch.h"
 #include "lib/util.h"
+#include "ncclprobe.skel.h"
 #include "session/session.h"
 #include "session/target.h"
 #include "writers/output.h"
@@ -214,4 +216,7 @@ void np_session_setup_ingest(struct np_session *s) {
     s->ingest.fp_fallback = s->opt.unwind == UNWIND_AUTO;
     s->ingest.inline_folded = s->opt.inline_frames;
     s->ingest.python_mode = s->opt.python;
+    np_stack_hints_init(&s->ingest.hints);
+    if (s->skel && s->opt.unwind != UNWIND_FP && !s->opt.fixed_stack_copy)
+        s->ingest.hints.fd = bpf_map__fd(s->skel->maps.stack_hints);
 }

@@ -162,6 +162,11 @@ const struct np_setting np_settings_table[] = {
      .help = "user stack copied per launch for DWARF unwinding\n"
              "(a multiple of 8, at most 65536)",
      REC(LONG, stack_bytes), CONF(U64, stack_bytes)},
+    {.flag = "fixed-stack-copy", .flag_value = "yes", .type = NP_V_BOOL,
+     .help = "copy all of --stack-bytes at every launch, not what\n"
+             "unwinding needed at that thread and call site (a\n"
+             "benchmark's baseline)",
+     REC(BOOL, fixed_stack_copy)},
     {.flag = "inline", .flag_value = "yes", .type = NP_V_BOOL,
      .help = "inlined functions (from debug info, marked \"[inlined]\")\n"
              "in the folded files too; stacks.jsonl always has them",

@@ -43,6 +43,7 @@ struct np_settings {
     const char *debuginfo_path;
     const char *raw_dump;
     long stack_bytes;
+    bool fixed_stack_copy; /* no stack hints (ingest/stack_hints.h) */
     enum np_python_mode python;
     long python_depth;
     const char *cupti_socket; /* where libncclprobe_cupti.so sends GPU records */

@@ -202,6 +202,9 @@ static cJSON *unwind_json(const struct np_summary *s) {
     np_json_add_u64(need, "p90_at_most", bucket_quantile(u, 0.90));
     np_json_add_u64(need, "p99_at_most", bucket_quantile(u, 0.99));
     np_json_add_u64(need, "max", u->max_bytes_needed);
+    /* copies cut to what unwinding needed at that thread and call site */
+    np_json_add_u64(o, "stack_copies_hinted", u->hinted);
+    np_json_add_u64(o, "stack_copies_short", u->hint_short);
     return o;
 }
 

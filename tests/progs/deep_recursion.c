@@ -5,7 +5,10 @@
  *
  * i.e. exactly N `recurse` frames (default 300), each a real frame (no tail calls). */
 #include <getopt.h>
+#include <pthread.h>
 #include <stdbool.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "cuda_api.h"
 #include "progs_common.h"
@@ -31,23 +34,76 @@ NOINLINE int recurse(int depth) {
 }
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: deep_recursion [--depth N] [--wait-signal]\n");
+    fprintf(out, "usage: deep_recursion [--depth N | --depths N,N,...] [--repeat N] "
+                 "[--sleep-us N] [--thread] [--wait-signal]\n");
+}
+
+/* What to launch: at each depth of the list in turn, `repeat` times, with a
+ * pause between launches (so a tracer's reader keeps up). */
+struct plan {
+    long depths[64];
+    int ndepths;
+    long repeat, sleep_us;
+    long launches;
+};
+
+static int parse_depths(struct plan *p, char *list) {
+    p->ndepths = 0;
+    for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (p->ndepths == 64)
+            return -1;
+        p->depths[p->ndepths] = progs_parse_long("--depths", tok, 1);
+        if (p->depths[p->ndepths++] > 100000)
+            return -1;
+    }
+    return p->ndepths ? 0 : -1;
+}
+
+static void *run_plan(void *arg) {
+    struct plan *p = arg;
+    for (int d = 0; d < p->ndepths; d++)
+        for (long i = 0; i < p->repeat; i++) {
+            recurse((int)p->depths[d]);
+            p->launches++;
+            if (p->sleep_us)
+                usleep((useconds_t)p->sleep_us);
+        }
+    printf("thread tid=%ld variant=rt launches=%ld\n", progs_gettid(), p->launches);
+    fflush(stdout);
+    return NULL;
 }
 
 int main(int argc, char **argv) {
     static const struct option long_opts[] = {
-        {"depth", required_argument, NULL, 'd'},
-        {"wait-signal", no_argument, NULL, 'w'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"depth", required_argument, NULL, 'd'},  {"depths", required_argument, NULL, 'D'},
+        {"repeat", required_argument, NULL, 'r'}, {"sleep-us", required_argument, NULL, 's'},
+        {"thread", no_argument, NULL, 't'},       {"wait-signal", no_argument, NULL, 'w'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
-    long depth = 300;
-    bool wait_signal = false;
+    static struct plan plan = {.depths = {300}, .ndepths = 1, .repeat = 1};
+    bool wait_signal = false, on_thread = false;
     int opt;
     while ((opt = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
         switch (opt) {
         case 'd':
-            depth = progs_parse_long("--depth", optarg, 1);
+            plan.depths[0] = progs_parse_long("--depth", optarg, 1);
+            plan.ndepths = 1;
+            break;
+        case 'D':
+            if (parse_depths(&plan, optarg) < 0) {
+                usage(stderr);
+                return PROGS_EXIT_USAGE;
+            }
+            break;
+        case 'r':
+            plan.repeat = progs_parse_long("--repeat", optarg, 1);
+            break;
+        case 's':
+            plan.sleep_us = progs_parse_long("--sleep-us", optarg, 0);
+            break;
+        case 't':
+            on_thread = true;
             break;
         case 'w':
             wait_signal = true;
@@ -60,7 +116,7 @@ int main(int argc, char **argv) {
             return PROGS_EXIT_USAGE;
         }
     }
-    if (optind != argc || depth > 100000) {
+    if (optind != argc || plan.depths[0] > 100000) {
         usage(stderr);
         return PROGS_EXIT_USAGE;
     }
@@ -69,10 +125,13 @@ int main(int argc, char **argv) {
         progs_announce_ready();
         progs_wait_start_signal();
     }
-
-    recurse((int)depth);
-    KEEP_FRAME();
-    printf("thread tid=%ld variant=rt launches=1\n", progs_gettid());
-    fflush(stdout);
+    if (!on_thread) {
+        run_plan(&plan);
+        KEEP_FRAME();
+        return PROGS_EXIT_OK;
+    }
+    pthread_t t;
+    if (pthread_create(&t, NULL, run_plan, &plan) != 0 || pthread_join(t, NULL) != 0)
+        return PROGS_EXIT_RUNTIME;
     return PROGS_EXIT_OK;
 }
