@@ -7,7 +7,8 @@ double) are turned into profiles and every sample pprof shows is compared
 with what launches.jsonl + stacks.jsonl say: the stack leaf first with its
 GPU leaf, the launch counts, the labels, the GPU time. Hand-made directories
 cover what the workloads cannot produce: hostile frame names, "locations"
-with modules and build ids, graph launches, pending and unmatched GPU work,
+with modules and build ids, graph launches (and their replays' GPU records
+tied to the stacks that captured them), pending and unmatched GPU work,
 nested and malformed lines, and a daemon aggregate set with only the folded
 files.
 
@@ -31,7 +32,7 @@ from lib.paths import NCCLPROBE, PROGS, REPO
 from lib.processes import interpreters
 from lib.run import convert, GO, go_pprof, made_by_record, record
 from lib.skip import needs_binary, needs_bpf, needs_real_cudart, needs_replay
-from lib.synthetic import gpu_record, launch_row, write_recording
+from lib.synthetic import GRAPH_CAPTURE, gpu_record, launch_row, write_recording
 
 FAKE_NCCL = PROGS / "libfakenccl.so"
 
@@ -390,6 +391,113 @@ def test_graph_pending_unmatched_nested_and_malformed_lines(tmp_path):
     assert (("[GPU_Kernel]k2",), frozenset({("pid", "42"), ("tid", "43"), ("comm", "trainer"),
                                             ("kernel", "k2")})) in got
     assert "Duration: 5.70us" in go_pprof(tmp_path, "-top", profile)  # 100 ns .. 5800 ns
+
+
+# ---- CUDA graph replays tied to the launches that captured them ------------------------------
+
+REPLAY_STACK = ["main", "serve (/srv/srv.py:20)", "CUDAGraph.replay (/torch/cuda/graphs.py:88)",
+                "cudaGraphLaunch"]
+CAPTURE_STACKS = {
+    1: REPLAY_STACK,
+    2: [*REPLAY_STACK, GRAPH_CAPTURE, "capture (/srv/srv.py:12)",
+        "Model.forward (/srv/model.py:38)", "at::cuda::blas::gemm", "cudaLaunchKernel"],
+    3: [*REPLAY_STACK, GRAPH_CAPTURE, "capture (/srv/srv.py:12)",
+        "Model.forward (/srv/model.py:40)", "ncclLaunchKernel", "[NCCL]AllReduce"]}
+
+
+def replay_kernel(name, start, end, capture=None, by="node"):
+    extra = {"capture_stack_id": capture, "capture_by": by} if capture else {}
+    return gpu_record("kernel", start, end, name, graph_id=3, **extra)
+
+
+CAPTURE_LAUNCHES = [
+    # tied but for softmax: the launch counts once for it, under its own stack
+    launch(100, 1, "<graph cudaGraphLaunch>", api="cudaGraphLaunch", gpu=[
+        replay_kernel("gemm", 1000, 1600, 2), replay_kernel("allreduce", 1700, 1900, 3),
+        replay_kernel("softmax", 2000, 2100)]),
+    # every record tied (the all-reduce by kernel order)
+    launch(200, 1, "<graph cudaGraphLaunch>", api="cudaGraphLaunch", gpu=[
+        replay_kernel("gemm", 3000, 3500, 2),
+        replay_kernel("allreduce", 3600, 3700, 3, "kernel_order")]),
+    # one record names a capture stack stacks.jsonl lacks: under its launch
+    launch(300, 1, "<graph cudaGraphLaunch>", api="cudaGraphLaunch", gpu=[
+        replay_kernel("gemm", 4000, 4100, 99), replay_kernel("softmax", 4200, 4300)]),
+]
+
+
+def expected_capture_samples(rows, stacks):
+    """({(frames leaf first, labels): launches}, {...: GPU ns}) that pprof must
+    show: a record tied to a capture stack stacks.jsonl has counts as one
+    launch of that stack, labelled with its kernel, the stack's [NCCL] op and
+    capture_by; the others as before (the launch once under its CPU-side
+    kernel when it has several records, each record's time under its leaf)."""
+    counts, ns = Counter(), Counter()
+    for row in rows:
+        gpu = row["gpu"]
+        tied = [g for g in gpu if g.get("capture_stack_id") in stacks]
+        base = {("pid", str(row["pid"])), ("tid", str(row["tid"])), ("comm", row["comm"])}
+        own = tuple(trace_name(f) for f in reversed(stacks[row["stack_id"]]))
+        own_labels = frozenset(base | {("kernel", row["kernel"])})
+        if len(gpu) > 1 and len(tied) < len(gpu):
+            counts[(("[GPU_Kernel]" + row["kernel"], *own), own_labels)] += 1
+        for g in gpu:
+            if g in tied:
+                frames = stacks[g["capture_stack_id"]]
+                labels = base | {("kernel", g["name"]), ("capture_by", g["capture_by"])}
+                ops = [f[len("[NCCL]"):] for f in frames if f.startswith("[NCCL]")]
+                labels |= {("nccl_op", ops[-1])} if ops else set()
+                key = ((gpu_leaf(g), *(trace_name(f) for f in reversed(frames))),
+                       frozenset(labels))
+                counts[key] += 1
+            else:
+                key = ((gpu_leaf(g), *own), own_labels)
+                counts[key] += len(gpu) == 1
+            ns[key] += g["end_ns"] - g["start_ns"]
+    return +counts, +ns
+
+
+def test_replayed_records_count_under_their_capture_stack(tmp_path):
+    d = write_recording(tmp_path / "graph", stacks=CAPTURE_STACKS, launches=CAPTURE_LAUNCHES)
+    proc = convert(d, "pprof")
+    assert proc.returncode == 0, proc.stderr
+    assert "capture_stack_id" in proc.stderr and "warning" in proc.stderr  # the one it lacks
+    counts, ns = expected_capture_samples(CAPTURE_LAUNCHES, CAPTURE_STACKS)
+    profile = d / "profile.pb.gz"
+    assert +traces(tmp_path, profile) == counts
+    assert +traces(tmp_path, profile, "-sample_index=gpu_time") == ns
+    # the capture-time line is in the profile, and pprof filters on capture_by
+    with_lines = traces(tmp_path, profile, "-lines")
+    assert any("Model.forward /srv/model.py:38" in f for fr, _ in with_lines for f in fr)
+    by_order = sum(1 for row in CAPTURE_LAUNCHES for g in row["gpu"]
+                   if g.get("capture_by") == "kernel_order")
+    assert sum(traces(tmp_path, profile, "-tagfocus=capture_by=kernel_order").values()) == \
+        by_order
+    assert "capture_by:" in go_pprof(tmp_path, "-tags", profile)
+
+
+@needs_bpf
+@needs_replay
+def test_real_recording_of_graph_replays(tmp_path):
+    """cupti_app --scenario capture: each replayed record under the line that captured it."""
+    out, _, _ = record_cupti_app(tmp_path, ["--scenario", "capture", "--iters", "3"])
+    rows = [x for x in outer_launches(out) if not x.get("captured")]
+    counts, ns = expected_capture_samples(rows, read_stacks(out))
+    assert any("[graph capture]" in frames for frames, _ in counts)
+    profile = profile_of(out)
+    assert +traces(tmp_path, profile) == counts
+    assert +traces(tmp_path, profile, "-sample_index=gpu_time") == ns
+
+
+def test_malformed_capture_key_skips_the_launch(tmp_path):
+    bad = json.loads(json.dumps(CAPTURE_LAUNCHES[1]))
+    bad["gpu"][0]["capture_stack_id"] = -2
+    d = write_recording(tmp_path / "graph", stacks=CAPTURE_STACKS,
+                        launches=[CAPTURE_LAUNCHES[0], bad])
+    proc = convert(d, "pprof")
+    assert proc.returncode == 1 and "1 malformed line" in proc.stderr
+    assert 'launches.jsonl:2: gpu[0]: "capture_stack_id"' in proc.stderr, proc.stderr
+    counts, _ = expected_capture_samples(CAPTURE_LAUNCHES[:1], CAPTURE_STACKS)
+    assert +traces(tmp_path, d / "profile.pb.gz") == counts
 
 
 def test_daemon_aggregate_set_from_folded_files(tmp_path):

@@ -3,7 +3,8 @@ of a recording, most frequent first (docs/report.md).
 
 The recordings are hand-made (tests/fixtures/report/*, or written by a test
 below): every expected count, order and window here follows from how the
-fixture was built, described next to it. No root, no BPF, no GPU needed.
+fixture was built, described next to it. No root, no BPF, no GPU needed,
+but for one real recording of CUDA graph replays (the CUPTI test double).
 
 Fixtures:
 - nccl_eager (pid 4242, one thread, no CUPTI): two broadcasts from init_model
@@ -29,11 +30,17 @@ Fixtures:
   (AllGather, no forward).
 - no_nccl: a CUDA program: vector_add_kernel (stack 1) twice, scale_kernel
   (stack 2), an <unnamed 0x...> kernel (stack 3).
+
+The CUDA graph recordings (replays under the lines that captured them) are
+written by the tests below from the tables next to them: TIED (GPU records
+tied to their capture stacks) and REPLAYED (graph_replays.jsonl, no GPU
+records).
 """
 
 import json
 import re
 import shutil
+from collections import Counter
 from functools import partial
 from pathlib import Path
 
@@ -42,8 +49,10 @@ import pytest
 from lib.jsonl import read_stacks
 from lib.paths import NCCLPROBE
 from lib.run import FAILURE, run_ncclprobe, sanitizer_said, USAGE
-from lib.skip import needs_binary
-from lib.synthetic import launch_row, write_recording
+from lib.cupti_app import record_cupti_app
+from lib.jsonl import outer_launches
+from lib.skip import needs_binary, needs_bpf, needs_replay
+from lib.synthetic import composed, gpu_record, graph_replay_row, launch_row, write_recording
 
 pytestmark = needs_binary(NCCLPROBE)
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "report"
@@ -589,6 +598,313 @@ def test_unknown_keys_blank_lines_and_missing_optional_keys(tmp_path):
         '\n{"ts_ns":1,"pid":2,"tid":2,"kernel":"ncclDevKernel_Generic","stack_id":3,"new":1}\n'
         '{"ts_ns":2,"pid":2,"tid":2,"kernel":"k","stack_id":3,"gpu":null,"nccl":null}\n')
     assert report_json(rec)["total"] == 1
+
+
+# ---- CUDA graphs: replayed kernels under the lines that captured them ------------------------
+
+REPLAY = ["main", "serve (/srv/srv.py:20)", "CUDAGraph.replay (/torch/cuda/graphs.py:88)",
+          "cudaGraphLaunch"]
+WARMUP = ["main", "serve (/srv/srv.py:30)", "CUDAGraph.replay (/torch/cuda/graphs.py:88)",
+          "cudaGraphLaunch"]
+CAP_GEMM = ["main", "capture (/srv/srv.py:12)", "Model.forward (/srv/model.py:38)",
+            "at::cuda::blas::gemm", "cudaLaunchKernel"]
+CAP_AR = ["main", "capture (/srv/srv.py:12)", "Model.forward (/srv/model.py:40)",
+          "all_reduce (/srv/dist.py:7)", "ncclLaunchKernel", "[NCCL]AllReduce"]
+CAP_BCAST = ["main", "warm (/srv/srv.py:28)", "ncclLaunchKernel", "[NCCL]Broadcast"]
+CAP_AG = ["main", "warm (/srv/srv.py:29)", "ncclLaunchKernel", "[NCCL]AllGather"]
+GRAPH_STACKS = {1: REPLAY, 2: composed(REPLAY, CAP_GEMM), 3: composed(REPLAY, CAP_AR),
+                4: ["main", "serve (/srv/srv.py:22)", "ncclLaunchKernel", "[NCCL]AllReduce"],
+                5: WARMUP, 6: composed(WARMUP, CAP_BCAST), 7: composed(WARMUP, CAP_AG)}
+GEMM, SOFTMAX = "sm90_xmma_gemm_bf16", "softmax_kernel"
+AR_PLAN = {"comm_hash": "0x1", "ops": [{"op": "AllReduce"}]}
+graph_launch = partial(launch, kernel="<graph cudaGraphLaunch>", api="cudaGraphLaunch")
+
+
+def replayed(ts, by="node"):
+    """A replay's GPU records: gemm and all-reduce tied to the launches that
+    captured them (stacks 2 and 3), softmax not (it stays under the launch)."""
+    return [gpu_record("kernel", ts + 300, ts + 350, GEMM, graph_id=5, capture_stack_id=2,
+                       capture_by=by),
+            gpu_record("kernel", ts + 400, ts + 480, ARB, graph_id=5, capture_stack_id=3,
+                       capture_by=by),
+            gpu_record("kernel", ts + 500, ts + 520, SOFTMAX, graph_id=5)]
+
+
+# TIED (CUPTI records): eager all-reduces at 1000 and 3500 (stack 4), graph
+# replays from stack 1 at 2000, 3000 and 4000 (the last tied by kernel order).
+TIED = [launch(1000, 4, ARB, gpu=[gpu_record("kernel", 1100, 1150, ARB)], nccl=AR_PLAN),
+        graph_launch(2000, 1, gpu=replayed(2000)),
+        graph_launch(3000, 1, gpu=replayed(3000)),
+        launch(3500, 4, ARB, gpu=[gpu_record("kernel", 3600, 3650, ARB)], nccl=AR_PLAN),
+        graph_launch(4000, 1, gpu=replayed(4000, "kernel_order"))]
+
+WHY_EARLY = "the graph was instantiated before ncclprobe attached"
+WHY_NODES = "its graph was not captured while traced (or was built node by node)"
+# REPLAYED (no GPU records): from stack 5 at 1000 and 5000 two different graphs
+# (a broadcast, then an all-gather); from stack 1 at 2000, 3000, 4000 one graph
+# of a gemm and an all-reduce each time; at 4500-4700 three replays of graphs
+# whose capture was not seen.
+REPLAYED = [graph_launch(1000, 5, graph_nodes=1),
+            graph_launch(2000, 1, graph_nodes=2),
+            graph_launch(3000, 1, graph_nodes=2),
+            graph_launch(4000, 1, graph_nodes=2),
+            graph_launch(4500, 1, graph_unknown=WHY_EARLY),
+            graph_launch(4600, 1, graph_unknown=WHY_NODES),
+            graph_launch(4700, 1, graph_unknown=WHY_EARLY),
+            graph_launch(5000, 5, graph_nodes=1)]
+REPLAY_LINES = [graph_replay_row(7, 2, 1, GEMM, 3), graph_replay_row(7, 3, 1, ARB, 3),
+                graph_replay_row(7, 6, 5, BCAST, 1), graph_replay_row(7, 7, 5, AG, 1)]
+
+
+def tied_recording(tmp_path, launches=TIED):
+    return write_recording(tmp_path / "tied", GRAPH_STACKS, launches)
+
+
+def replayed_recording(tmp_path, replays=REPLAY_LINES):
+    return write_recording(tmp_path / "replayed", GRAPH_STACKS, REPLAYED, graph_replays=replays)
+
+
+def is_nccl(name, row=None):
+    return bool(row and row.get("nccl")) or "nccl" in name.lower()
+
+
+def nccl_frame_has(frames, op):
+    """Whether the last [NCCL] frame of frames names op (docs/report.md, --op)."""
+    ncclf = [f for f in frames if f.startswith("[NCCL]")]
+    return bool(ncclf) and op.lower() in ncclf[-1][len("[NCCL]"):].lower().split("+")
+
+
+def tied_expected(match, op=None, start=0, end=2**64):
+    """{frames: {kernel: count}} of TIED: each matching GPU kernel under its
+    capture stack when it has one, else its launch's."""
+    out = {}
+    for row in TIED:
+        if not start <= row["ts_ns"] < end:
+            continue
+        for g in row["gpu"]:
+            sid = g.get("capture_stack_id") or row["stack_id"]
+            if op and not (nccl_frame_has(GRAPH_STACKS[sid], op) or
+                           (sid == row["stack_id"] and
+                            op in [o["op"] for o in row.get("nccl", {}).get("ops", [])])):
+                continue
+            if match(g["name"], row):
+                out.setdefault(tuple(GRAPH_STACKS[sid]), Counter())[g["name"]] += 1
+    return out
+
+
+def replayed_expected(match, in_window=lambda row: True):
+    """{frames: {kernel: count}} of REPLAYED: each graph_replays.jsonl line's
+    count under its stack, its share when only some of its replays' launches
+    are in the window (every replay from stack 1 ran the same graph)."""
+    out = {}
+    for r in REPLAY_LINES:
+        group = [x for x in REPLAYED if x["stack_id"] == r["replay_stack_id"]
+                 and x.get("graph_nodes")]
+        n = r["count"] * sum(map(in_window, group)) // len(group)
+        if match(r["kernel"]) and n:
+            out.setdefault(tuple(GRAPH_STACKS[r["stack_id"]]), Counter())[r["kernel"]] += n
+    return out
+
+
+def as_groups(blocks):
+    return {tuple(frames): Counter(kernels) for frames, kernels, _, _ in blocks}
+
+
+@pytest.mark.parametrize("kernel", [None, GEMM, "_"])  # "_": softmax too, not tied
+def test_replayed_gpu_records_count_under_their_capture_stack(tmp_path, kernel):
+    rec = tied_recording(tmp_path)
+    args = ("--kernel", kernel) if kernel else ()
+    _, blocks = parse(ok(rec, "--depth", 0, *args))
+    match = (lambda name, row: kernel in name) if kernel else is_nccl
+    assert as_groups(blocks) == tied_expected(match)
+    # the capture-time line is the one shown
+    if kernel == GEMM:
+        assert blocks[0][0][-3:] == ["Model.forward (/srv/model.py:38)", "at::cuda::blas::gemm",
+                                     "cudaLaunchKernel"]
+
+
+def test_op_selects_replayed_kernels_by_their_capture_stack(tmp_path):
+    rec = tied_recording(tmp_path)
+    _, blocks = parse(ok(rec, "--op", "AllReduce", "--depth", 0))
+    assert as_groups(blocks) == tied_expected(is_nccl, op="AllReduce")
+    assert tuple(GRAPH_STACKS[3]) in as_groups(blocks)
+    assert parse(ok(rec, "--op", "Broadcast"))[1] == []
+
+
+def test_function_window_sees_the_capture_frames(tmp_path):
+    # Model.forward is only in the capture stacks: each replay is "during" it;
+    # the eager all-reduce at 3500 ends the first occurrence
+    rec = tied_recording(tmp_path)
+    proc = run(rec, "--function", "Model.forward", "--index", 5)
+    assert proc.returncode == FAILURE
+    replays = [row for row in TIED if row["stack_id"] == 1]
+    ends = {row["ts_ns"]: max(g["end_ns"] for g in row["gpu"]) + 1 for row in replays}
+    assert [(r[3], r[4], r[5]) for r in listed(proc.stdout)] == [
+        (2000, 2, "Model.forward (/srv/model.py:38)"),
+        (4000, 1, "Model.forward (/srv/model.py:38)")]
+    doc = report_json(rec, "--function", "Model.forward", "--index", 1, "--depth", 0)
+    assert (doc["window"]["start_ns"], doc["window"]["end_ns"]) == (4000, ends[4000])
+    want = tied_expected(is_nccl, start=4000, end=ends[4000])
+    assert {tuple(x["frames"]): Counter(x["kernels"]) for x in doc["stacks"]} == want
+    doc = report_json(rec, "--function", "forward")
+    assert (doc["window"]["start_ns"], doc["window"]["end_ns"]) == (2000, ends[3000])
+
+
+def test_graph_replay_diagnostic_names_the_capture_lines(tmp_path):
+    rec = tied_recording(tmp_path)
+    # the replay launched at 2000 ran its all-reduce at 2400: in the window, the launch is not
+    text = ok(rec, "--start-ts", 2350, "--duration", 100, "--depth", 0)
+    assert re.search(r"1 NCCL kernel ran in the window from CUDA graph replays; their stacks "
+                     r"are the lines that captured them \(below \[graph capture\]\):", text)
+    body = text.split("[graph capture]):\n\n", 1)[1]
+    assert parse("header\n\n" + body)[1] == [(GRAPH_STACKS[3], {ARB: 1}, 1, False)]
+    # softmax was not tied: under the graph launch, as before
+    text = ok(rec, "--kernel", SOFTMAX, "--start-ts", 2450, "--duration", 100)
+    assert "their launch stacks are the graph launches:" in text
+    text = ok(rec, "--kernel", "_", "--start-ts", 2250, "--duration", 300)
+    assert "their stacks are the lines that captured them (below [graph capture]) or, where " \
+           "the capture was not seen, the graph launches:" in text
+    doc = report_json(rec, "--kernel", "_", "--start-ts", 2250, "--duration", 300, "--depth", 0)
+    replay = doc["diagnostics"][1]
+    assert (replay["kind"], replay["count"]) == ("graph_replays", 3)
+    assert {tuple(x["frames"]) for x in replay["stacks"]} == \
+        {tuple(GRAPH_STACKS[k]) for k in (1, 2, 3)}
+
+
+def test_graph_replays_without_gpu_records_count_under_their_capture_stack(tmp_path):
+    rec = replayed_recording(tmp_path)
+    for kernel in (None, GEMM, "Broadcast"):
+        args = ("--kernel", kernel) if kernel else ()
+        _, blocks = parse(ok(rec, "--depth", 0, *args))
+        want = replayed_expected((lambda k: kernel in k) if kernel else is_nccl)
+        assert as_groups(blocks) == want and want, kernel
+    # the graph launches themselves are not kernels of their own
+    assert parse(ok(rec, "--kernel", "<graph"))[1] == [
+        (GRAPH_STACKS[1], {"<graph cudaGraphLaunch>": 3}, 3, False)]
+    # --op by the [NCCL] frame of the stack that captured it
+    _, blocks = parse(ok(rec, "--op", "AllGather", "--depth", 0))
+    assert as_groups(blocks) == {tuple(GRAPH_STACKS[7]): Counter({AG: 1})}
+
+
+def test_graph_replays_in_a_window_count_their_share(tmp_path):
+    rec = replayed_recording(tmp_path)
+    _, blocks = parse(ok(rec, "--start-ts", 2500, "--duration", 1000, "--depth", 0))
+    want = replayed_expected(is_nccl, lambda row: 2500 <= row["ts_ns"] < 3500)
+    assert as_groups(blocks) == want and sum(sum(c.values()) for c in want.values()) == 1
+    doc = report_json(rec, "--start-ts", 2500, "--duration", 1000)
+    assert "graph_replays_unplaced" not in [d["kind"] for d in doc["diagnostics"]]
+
+
+def test_graph_replays_that_cannot_be_placed_are_said(tmp_path):
+    # stack 5 replayed a broadcast graph at 1000 and an all-gather graph at 5000:
+    # graph_replays.jsonl cannot say which ran in [500, 1500)
+    rec = replayed_recording(tmp_path)
+    doc = report_json(rec, "--start-ts", 500, "--duration", 1000)
+    assert doc["total"] == 0
+    unplaced = doc["diagnostics"][-1]
+    in_window = [x for x in REPLAYED if 500 <= x["ts_ns"] < 1500]
+    assert unplaced["kind"] == "graph_replays_unplaced" and unplaced["count"] == len(in_window)
+    assert unplaced["kernels"] == {r["kernel"]: r["count"] for r in REPLAY_LINES
+                                  if r["replay_stack_id"] == 5}
+    text = ok(rec, "--start-ts", 500, "--duration", 1000)
+    assert "1 CUDA graph launch in the window replayed graphs whose kernels " \
+           "graph_replays.jsonl counts only over the whole recording" in text
+    assert f"  {BCAST} (1)\n" in text
+    # with the whole group in the window they are placed
+    doc = report_json(rec, "--start-ts", 500)
+    assert doc["total"] == sum(r["count"] for r in REPLAY_LINES if is_nccl(r["kernel"]))
+
+
+def test_graph_launches_whose_capture_was_not_seen_are_said(tmp_path):
+    rec = replayed_recording(tmp_path)
+    reasons = Counter(x["graph_unknown"] for x in REPLAYED if "graph_unknown" in x)
+    text = ok(rec)
+    assert parse(text)[1]  # something matched: said all the same
+    n = sum(reasons.values())
+    assert f"{n} CUDA graph launches in the recording replayed graphs whose capture " \
+           "ncclprobe did not see" in text
+    for why, count in reasons.items():
+        assert f"\n  {why} ({count})\n" in text
+    doc = report_json(rec)
+    assert doc["total"] > 0
+    unseen = [d for d in doc["diagnostics"] if d["kind"] == "graph_capture_unseen"]
+    assert len(unseen) == 1 and unseen[0]["count"] == n and unseen[0]["reasons"] == reasons
+    doc = report_json(rec, "--start-ts", 4550, "--duration", 200)
+    reasons = Counter(x["graph_unknown"] for x in REPLAYED
+                      if "graph_unknown" in x and 4550 <= x["ts_ns"] < 4750)
+    assert doc["diagnostics"][-1]["reasons"] == reasons and len(reasons) == 2
+    assert "graph_capture_unseen" not in [
+        d["kind"] for d in report_json(rec, "--start-ts", 4800)["diagnostics"]]
+
+
+def test_function_window_sees_the_capture_frames_of_graph_replays(tmp_path):
+    rec = replayed_recording(tmp_path)
+    doc = report_json(rec, "--function", "Model.forward", "--kernel", GEMM, "--depth", 0)
+    group = [x["ts_ns"] for x in REPLAYED if x["stack_id"] == 1 and x.get("graph_nodes")]
+    assert (doc["window"]["start_ns"], doc["window"]["end_ns"]) == (min(group), max(group) + 1)
+    assert doc["window"]["occurrence"]["launches"] == len(group)
+    assert [(x["frames"], x["kernels"]) for x in doc["stacks"]] == [
+        (GRAPH_STACKS[2], {GEMM: sum(r["count"] for r in REPLAY_LINES if r["kernel"] == GEMM)})]
+
+
+@needs_bpf
+@needs_replay
+def test_report_on_a_recording_of_graph_replays(tmp_path):
+    """cupti_app --scenario capture: a graph captured from three lines, replayed;
+    each replayed kernel is reported under the line that captured it."""
+    out, _, _ = record_cupti_app(tmp_path, ["--scenario", "capture", "--iters", "4"])
+    stacks = read_stacks(out)
+    want = {}
+    for row in outer_launches(out):
+        for g in row.get("gpu", []):
+            sid = g.get("capture_stack_id") or row["stack_id"]
+            if g["type"] == "kernel" and "_kernel" in g["name"]:
+                want.setdefault(tuple(stacks[sid]), Counter())[g["name"]] += 1
+    assert any("[graph capture]" in k for k in want)
+    _, blocks = parse(ok(out, "--kernel", "_kernel", "--depth", 0))
+    assert as_groups(blocks) == want
+    # the replays are during capture_mlp: its frame is in their capture stacks only
+    doc = report_json(out, "--function", "capture_mlp", "--kernel", "_kernel")
+    replays = [row for row in outer_launches(out) if row["api"] == "cuGraphLaunch"]
+    assert doc["window"]["occurrence"]["launches"] == len(replays)
+    assert doc["total"] == sum(len(row["gpu"]) for row in replays)
+
+
+def edit_gpu(index, **fields):
+    """TIED with the first record of its second line changed."""
+    rows = json.loads(json.dumps(TIED))
+    rows[index]["gpu"][0].update(fields)
+    return rows
+
+
+@pytest.mark.parametrize("change,line,message", [
+    (dict(capture_stack_id="2"), 2, 'gpu[0]: "capture_stack_id" is not a non-negative integer'),
+    (dict(capture_stack_id=99), 2, "gpu[0]: capture_stack_id 99 is not in stacks.jsonl"),
+    (dict(capture_by=1), 2, 'gpu[0]: "capture_by" is not a string'),
+])
+def test_malformed_capture_keys(tmp_path, change, line, message):
+    rec = tied_recording(tmp_path, edit_gpu(line - 1, **change))
+    proc = run(rec)
+    assert proc.returncode == FAILURE and proc.stdout == ""
+    assert f"launches.jsonl:{line}: {message}" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("name,row,message", [
+    ("launches.jsonl", dict(graph_unknown=5), '"graph_unknown" is not a string'),
+    ("graph_replays.jsonl", dict(stack_id=99), "stack_id 99 is not in stacks.jsonl"),
+    ("graph_replays.jsonl", dict(replay_stack_id=98), "replay_stack_id 98 is not in stacks.jsonl"),
+    ("graph_replays.jsonl", dict(count="x"), '"count" is not an integer'),
+    ("graph_replays.jsonl", dict(kernel=None), '"kernel" is missing'),
+])
+def test_malformed_graph_lines(tmp_path, name, row, message):
+    rec = replayed_recording(tmp_path)
+    path = rec / name
+    lines = path.read_text().splitlines()
+    lines[0] = json.dumps({**json.loads(lines[0]), **row})
+    path.write_text("\n".join(lines) + "\n")
+    proc = run(rec)
+    assert proc.returncode == FAILURE and proc.stdout == ""
+    assert f"{name}:1: {message}" in proc.stderr, proc.stderr
 
 
 # ---- usage ------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ work it made, NCCL calls on their threads.
 Checked on a hand-built recording directory (exact tracks, slices, arrows,
 args, hostile names), on a real recording of the launcher (CPU only) and on
 recordings with GPU records from the CUPTI test double (see
-test_gpu_join.py). Every file is also checked against the rules Perfetto's
+test_gpu_join.py), and on hand-built CUDA graph replays whose records name
+the stack that captured them. Every file is also checked against the rules Perfetto's
 JSON importer enforces: valid JSON, a name for every track, slices of one
 track nested or disjoint, every flow start matched by an end, each inside a
 slice of its track.
@@ -20,11 +21,12 @@ from pathlib import Path
 import pytest
 
 from lib.cupti_app import record_cupti_app
-from lib.jsonl import outer_launches, read_jsonl
+from lib.jsonl import outer_launches, read_jsonl, read_stacks
 from lib.paths import NCCLPROBE, PROGS
 from lib.run import convert, made_by_record, record
 from lib.skip import needs_binary, needs_bpf, needs_replay
-from lib.synthetic import gpu_record, launch_row, write_recording
+from lib.folded import PY_FRAME
+from lib.synthetic import GRAPH_CAPTURE, gpu_record, launch_row, write_recording
 
 GPU_PID = 1000000000  # "GPU N" is pid GPU_PID + N (perfetto.c)
 
@@ -437,6 +439,97 @@ def test_aggregate_set_without_times_is_skipped_and_missing_dir_fails(tmp_path):
     assert proc.returncode == 1 and "launches.jsonl" in proc.stderr
 
 
+# ---- CUDA graph replays: where each GPU record was captured ---------------------------------
+
+REPLAY_STACK = ["main", "serve (/srv/srv.py:20)", "CUDAGraph.replay (/torch/cuda/graphs.py:88)",
+                "cudaGraphLaunch"]
+CAPTURES = {  # stacks.jsonl: a graph launch's (1) and its records' capture stacks
+    1: REPLAY_STACK,
+    # Python frames in the capture part: the innermost one is the capture site
+    2: [*REPLAY_STACK, GRAPH_CAPTURE, "capture (/srv/srv.py:12)",
+        "Model.forward (/srv/model.py:38)", "at::cuda::blas::gemm", "cudaLaunchKernel"],
+    # native only: the caller of the launch API (the [NCCL] frame after it aside)
+    3: ["main", "run", "cuGraphLaunch", GRAPH_CAPTURE, "capture_model", "capture_allreduce",
+        "launch_named", "ncclLaunchKernel", "[NCCL]AllReduce"],
+    # the launch API alone: its caller is one of the replay's frames, not said
+    4: ["main", "run", "cuGraphLaunch", GRAPH_CAPTURE, "cuLaunchKernel"],
+}
+
+
+def capture_site(frames):
+    """The line that captured a record, from its capture stack (docs/output-formats.md)."""
+    part = frames[len(frames) - frames[::-1].index(GRAPH_CAPTURE):]
+    python = [f for f in part if PY_FRAME.match(f)]
+    if python:
+        return python[-1]
+    while part and part[-1].startswith("[NCCL]"):
+        part = part[:-1]
+    return part[-2] if len(part) >= 2 else None
+
+
+def replay_kernel(name, start, capture=None, by="node"):
+    extra = {"capture_stack_id": capture, "capture_by": by} if capture else {}
+    return gpu_record("kernel", T0 + start, T0 + start + 500, name, correlation_id=30,
+                      context=1, stream=7, graph_id=4, graph_node_id=start, **extra)
+
+
+CAPTURE_LAUNCHES = [
+    launch(1000, 4243, "cudaGraphLaunch", "<graph cudaGraphLaunch>", 1, [
+        replay_kernel("gemm", 2000, 2), replay_kernel("allreduce", 3000, 3, "kernel_order"),
+        replay_kernel("copy_out", 4000, 4), replay_kernel("softmax", 5000),
+        replay_kernel("lost", 6000, 99)]),  # a capture stack stacks.jsonl does not have
+]
+
+
+def capture_recording(path, launches=CAPTURE_LAUNCHES):
+    return write_recording(path, stacks=CAPTURES, launches=launches,
+                           summary={"format_version": 1, "targets": [{"pid": PID, "comm": "t"}]})
+
+
+def test_replayed_gpu_records_carry_their_capture_stack_and_site(tmp_path):
+    rec = capture_recording(tmp_path / "rec")
+    proc = write_trace(rec)
+    assert proc.returncode == 0, proc.stderr
+    # one record names a capture stack stacks.jsonl lacks: said, shown without it
+    assert "capture_stack_id" in proc.stderr and "warning" in proc.stderr
+    t = Trace(rec / "trace.json")
+    check_structure(t)
+    slices = by_name(e for e in t.of("X") if e["pid"] >= GPU_PID)
+    for r in CAPTURE_LAUNCHES[0]["gpu"]:
+        (e,) = slices[r["name"]]
+        args, sid = e["args"], r.get("capture_stack_id")
+        if sid in CAPTURES:
+            site = capture_site(CAPTURES[sid])
+            assert args["capture_stack"] == CAPTURES[sid] and args["capture_stack_id"] == sid
+            assert args.get("capture_site") == site, r["name"]
+        else:
+            assert "capture_stack" not in args and "capture_site" not in args
+        assert args.get("capture_by") == r.get("capture_by")
+    sites = {r["name"]: capture_site(CAPTURES[r["capture_stack_id"]])
+             for r in CAPTURE_LAUNCHES[0]["gpu"] if r.get("capture_stack_id") in CAPTURES}
+    assert sites == {"gemm": "Model.forward (/srv/model.py:38)", "allreduce": "launch_named",
+                     "copy_out": None}
+    # the launch itself: its own stack, as any launch
+    (cpu,) = t.of("X", name="cudaGraphLaunch")
+    assert cpu["args"]["stack"] == CAPTURES[1] and "capture_stack" not in cpu["args"]
+
+
+def test_malformed_capture_keys_skip_the_line(tmp_path):
+    bad = json.loads(json.dumps(CAPTURE_LAUNCHES[0]))
+    bad["gpu"][0]["capture_stack_id"] = "2"
+    worse = json.loads(json.dumps(CAPTURE_LAUNCHES[0]))
+    worse["ts_ns"] += 100
+    worse["gpu"][1]["capture_by"] = 7
+    rec = capture_recording(tmp_path / "rec", [bad, worse, CAPTURE_LAUNCHES[0]])
+    proc = write_trace(rec)
+    assert proc.returncode == 1
+    assert 'launches.jsonl:1: gpu[0]: "capture_stack_id"' in proc.stderr, proc.stderr
+    assert 'launches.jsonl:2: gpu[1]: "capture_by" is not a string' in proc.stderr
+    t = Trace(rec / "trace.json")
+    check_structure(t)
+    assert t.meta["skipped_lines"] == 2 and t.meta["launches"] == 1
+
+
 # ---- real recordings ------------------------------------------------------------------
 
 @needs_bpf
@@ -491,3 +584,27 @@ def test_real_recording_with_gpu_records_has_an_arrow_per_record(tmp_path, scena
             per_launch[(cpu["tid"], cpu["ts"])] = per_launch.get((cpu["tid"], cpu["ts"]), 0) + 1
         assert max(per_launch.values()) > 1
     assert t.meta["gpu_overlapping_records"] == 0
+
+
+@needs_bpf
+@needs_replay
+def test_real_recording_of_graph_replays_names_each_record_capture(tmp_path):
+    rec, _, _ = record_cupti_app(tmp_path, ["--scenario", "capture", "--iters", 3])
+    proc = write_trace(rec)
+    assert proc.returncode == 0, proc.stderr
+    t = Trace(rec / "trace.json")
+    check_structure(t)
+    stacks = read_stacks(rec)
+    records = {(r["graph_node_id"], r["start_ns"]): r for l in outer_launches(rec)
+               for r in l.get("gpu", [])}
+    tied = 0
+    for e in t.of("X"):
+        if e["pid"] < GPU_PID:
+            continue
+        r = records[(e["args"]["graph_node_id"], ns(e["ts"]))]
+        sid = r.get("capture_stack_id")
+        assert e["args"].get("capture_stack") == (stacks[sid] if sid else None)
+        assert e["args"].get("capture_site") == (capture_site(stacks[sid]) if sid else None)
+        assert e["args"].get("capture_by") == r.get("capture_by")
+        tied += sid is not None
+    assert tied == sum(1 for r in records.values() if r.get("capture_stack_id")) > 0

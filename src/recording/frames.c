@@ -1,5 +1,6 @@
 /* frames.c - parses the frame texts of stacks.jsonl and the folded files
- * (frames.h), for the report and the writers (pprof, the flame graph).
+ * (frames.h), for the report and the writers (pprof, trace.json, the flame
+ * graph).
  * A Python frame is "qualname (file)" or "qualname (file:LINE)": the text
  * ends in ')', and the qualname and the file have balanced brackets. C++
  * names with " (" inside template arguments ("f<void (int)>") do not split
@@ -160,4 +161,28 @@ bool np_frame_nccl_has_op(const char *frame, const char *op) {
             return false;
         p += n + 1;
     }
+}
+
+/* The index of the last [graph capture] frame, or n when none. */
+static size_t capture_mark(const char *const *frames, size_t n) {
+    for (size_t i = n; i-- > 0;) {
+        if (strcmp(frames[i], NP_FRAME_GRAPH_CAPTURE) == 0)
+            return i;
+    }
+    return n;
+}
+
+const char *np_frames_capture_site(const char *const *frames, size_t n) {
+    size_t mark = capture_mark(frames, n);
+    if (mark == n)
+        return NULL;
+    for (size_t i = n; i-- > mark + 1;) {
+        if (np_frame_kind(frames[i]) == NP_FRAME_KIND_PYTHON)
+            return frames[i];
+    }
+    size_t api = n;
+    while (api > mark + 1 && np_frame_kind(frames[api - 1]) == NP_FRAME_KIND_NCCL)
+        api--;
+    /* frames[api - 1] is the launch API; its caller is before it */
+    return api >= mark + 3 ? frames[api - 2] : NULL;
 }

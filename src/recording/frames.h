@@ -1,8 +1,9 @@
 /* frames.h - what is read out of a frame's text (docs/output-formats.md,
  * "Frames"), for the report and the writers: its kind, a Python frame's
  * parts, the function part of native, inlined and Python frames, a frame
- * without its line number, --function names and the op types of an
- * `[NCCL]Send+Recv` frame. The spellings are include/ncclprobe/recording.h's. */
+ * without its line number, --function names, the op types of an
+ * `[NCCL]Send+Recv` frame and the capture site of a CUDA graph replay's
+ * stack. The spellings are include/ncclprobe/recording.h's. */
 #ifndef NP_RECORDING_FRAMES_H
 #define NP_RECORDING_FRAMES_H
 
@@ -45,5 +46,14 @@ const char *np_frames_last_nccl(const char *const *frames, size_t n);
 
 /* Whether frame is "[NCCL]A+B+..." with op among A, B, ... (any case). */
 bool np_frame_nccl_has_op(const char *frame, const char *op);
+
+/* The line that captured the kernel of a graph replay, in its composed stack
+ * "replay;API;[graph capture];capture frames": the innermost Python frame of
+ * the capture part (the frames after [graph capture]), else the frame that
+ * called the capture's launch API (its last frame but [NCCL] ones). NULL when
+ * the stack has no [graph capture] frame, or its capture part is the launch
+ * API frame alone (the caller is then one of the replay's frames, not told
+ * which). */
+const char *np_frames_capture_site(const char *const *frames, size_t n);
 
 #endif

@@ -172,6 +172,13 @@ static enum np_rec_gpu_type gpu_type(const char *text) {
     return strcmp(text, NP_GPU_TYPE_MEMSET) == 0 ? NP_REC_GPU_MEMSET : NP_REC_GPU_OTHER;
 }
 
+/* Where a replayed record was captured: both members optional. */
+static int gpu_capture(struct np_rec_lines *it, const cJSON *obj, const char *where,
+                       struct np_rec_gpu *g) {
+    int err = opt_u64(it, obj, where, NP_KEY_CAPTURE_STACK_ID, &g->capture_stack_id);
+    return err ? err : opt_str(it, obj, where, NP_KEY_CAPTURE_BY, &g->capture_by);
+}
+
 static int gpu_where(struct np_rec_lines *it, const cJSON *obj, const char *where,
                      struct np_rec_gpu *g) {
     if (!cJSON_IsObject(obj))
@@ -190,6 +197,8 @@ static int gpu_where(struct np_rec_lines *it, const cJSON *obj, const char *wher
                    {NP_KEY_STREAM, &g->stream}};
     for (size_t i = 0; i < NP_ARRAY_SIZE(numbers) && !err; i++)
         err = opt_u64(it, obj, where, numbers[i].key, numbers[i].out);
+    if (!err)
+        err = gpu_capture(it, obj, where, g);
     if (err)
         return err;
     if (g->end_ns < g->start_ns)
@@ -300,6 +309,8 @@ static int launch_strings(struct np_rec_lines *it, const cJSON *obj, struct np_r
         err = opt_str(it, obj, "", NP_KEY_API, &l->api);
     if (!err)
         err = opt_str(it, obj, "", NP_KEY_GPU_STATUS, &l->gpu_status);
+    if (!err)
+        err = opt_str(it, obj, "", NP_KEY_GRAPH_UNKNOWN, &l->graph_unknown);
     return err;
 }
 
@@ -312,9 +323,9 @@ static int parse_launch(struct np_rec_lines *it, const cJSON *obj, void *out) {
         return np_rec_lines_error(it, "\"" NP_KEY_NESTED "\" is not true or false");
     if (np_json_bool(obj, NP_KEY_CAPTURED, &l->captured) == -EINVAL)
         return np_rec_lines_error(it, "\"" NP_KEY_CAPTURED "\" is not true or false");
-    if (opt_u64(it, obj, "", NP_KEY_GRAPH_NODES, &l->graph_nodes) < 0)
-        return -EINVAL;
-    int err = when_where(it, obj, &l->ts_ns, &l->pid, &l->tid);
+    int err = opt_u64(it, obj, "", NP_KEY_GRAPH_NODES, &l->graph_nodes);
+    if (!err)
+        err = when_where(it, obj, &l->ts_ns, &l->pid, &l->tid);
     if (!err)
         err = launch_strings(it, obj, l);
     if (!err)

@@ -96,7 +96,12 @@ struct np_rec_gpu {
     uint64_t start_ns, end_ns;        /* end_ns >= start_ns (start_ns when not known) */
     uint64_t device, context, stream; /* 0 when not written */
     uint64_t graph_id;                /* != 0: run by a CUDA graph replay */
-    const cJSON *json;                /* the record as written */
+    /* A replayed record tied to the launch that captured it: the stacks.jsonl
+     * id of "replay;API;[graph capture];capture frames" (0: none), and how it
+     * was tied (NP_CAPTURE_BY_NODE, NP_CAPTURE_BY_ORDER; NULL: not said). */
+    uint64_t capture_stack_id;
+    const char *capture_by;
+    const cJSON *json; /* the record as written */
 };
 
 /* A line of launches.jsonl. */
@@ -113,10 +118,11 @@ struct np_rec_launch {
     bool nccl;              /* has an "nccl" object (an NCCL kernel launch) */
     const char *const *ops; /* the "op" of each planned op that has one */
     uint32_t nops;
-    const char *comm_hash; /* nccl.comm_hash, or NULL */
-    bool captured;         /* into a graph being captured: it ran nothing */
-    uint64_t graph_nodes;  /* a graph launch whose kernels graph_replays.jsonl counts */
-    const cJSON *json;     /* the line as written */
+    const char *comm_hash;     /* nccl.comm_hash, or NULL */
+    bool captured;             /* into a graph being captured: it ran nothing */
+    uint64_t graph_nodes;      /* a graph launch whose kernels graph_replays.jsonl counts */
+    const char *graph_unknown; /* ... or why its kernels are not known (NULL: not said) */
+    const cJSON *json;         /* the line as written */
 };
 
 /* A line of graph_replays.jsonl: a captured kernel, counted `count` times

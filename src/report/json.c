@@ -117,6 +117,12 @@ static void diagnostic(struct np_str *s, const struct np_report_view *v, enum np
         const struct np_counts *c = d == NP_DIAG_UNMATCHED ? v->unmatched : v->seen;
         np_str_appendf(s, ",\"count\":%" PRIu64 ",\"kernels\":", c->total);
         counts(s, c);
+    } else if (d == NP_DIAG_GRAPH_UNPLACED) {
+        np_str_appendf(s, ",\"count\":%" PRIu64 ",\"kernels\":", v->rep->unplaced_launches);
+        counts(s, &v->rep->unplaced);
+    } else if (d == NP_DIAG_GRAPH_UNSEEN) {
+        np_str_appendf(s, ",\"count\":%" PRIu64 ",\"reasons\":", v->unseen->total);
+        counts(s, v->unseen);
     }
     np_str_append(s, "}");
 }

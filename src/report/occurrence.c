@@ -1,8 +1,11 @@
 /* occurrence.c - finds the occurrences of --function NAME (occurrence.h).
  * The outermost launches are put in (pid, tid, ts_ns, line) order; walking
  * them, a run goes on while each launch's stack has the NAME frame at the
- * same depth under the same callers. Two back-to-back calls from one call
- * site with no launch in between cannot be told apart: they are one run. */
+ * same depth under the same callers. A graph launch's stack is its own, or,
+ * when NAME is not in it, the first of the stacks that captured what it ran
+ * that has NAME (replay;API;[graph capture];capture frames). Two
+ * back-to-back calls from one call site with no launch in between cannot be
+ * told apart: they are one run. */
 #include "report/occurrence.h"
 
 #include <errno.h>
@@ -91,6 +94,16 @@ static int close_run(struct np_occurrences *o, struct run *run) {
     return 0;
 }
 
+/* The stack of l that has the NAME frame: its own, else the first of its
+ * capture stacks that has it (index in *stack; NOT_FOUND: none). */
+static uint32_t named_stack(const struct np_rep_input *in, const struct np_rep_launch *l,
+                            const uint32_t *depth_of, uint32_t *stack) {
+    *stack = l->stack;
+    for (uint32_t i = 0; depth_of[*stack] == NOT_FOUND && i < l->ncaptures; i++)
+        *stack = in->captures[l->captures + i];
+    return depth_of[*stack];
+}
+
 /* Walks the launches in thread and time order, cutting them into runs. */
 static int find_runs(const struct np_rep_input *in, const struct np_rep_launch **order,
                      const uint32_t *depth_of, struct np_occurrences *o) {
@@ -98,8 +111,8 @@ static int find_runs(const struct np_rep_input *in, const struct np_rep_launch *
     int err = 0;
     for (size_t i = 0; i < in->nlaunches && !err; i++) {
         const struct np_rep_launch *l = order[i];
-        const struct np_rec_stack *s = &in->stacks[l->stack];
-        uint32_t depth = depth_of[l->stack];
+        uint32_t stack, depth = named_stack(in, l, depth_of, &stack);
+        const struct np_rec_stack *s = &in->stacks[stack];
         if (depth != NOT_FOUND && continues(&run, l, s, depth)) {
             run.last = l;
             run.launches++;

@@ -30,7 +30,8 @@ void np_occurrences_free(struct np_occurrences *o);
 /* Finds every occurrence of NAME (frames.h: np_frame_matches): 0 or -ENOMEM.
  * An occurrence is a maximal run of consecutive launches of one thread (by
  * ts_ns) whose stacks hold a frame NAME matches, with the same frames from the
- * root down to it (the outermost such frame; itself compared without its line). */
+ * root down to it (the outermost such frame; itself compared without its line).
+ * A graph launch's stacks include those that captured what it ran. */
 int np_find_occurrences(const struct np_rep_input *in, const char *name,
                         struct np_occurrences *out);
 

@@ -1,8 +1,10 @@
 /* report.h - the computing half of `ncclprobe report`: which kernels of a
  * recording match the filters, grouped by the (cut) stack that launched
- * them and sorted most frequent first; and what the diagnostics of an empty
- * result count (graph replays, GPU work without a launch, NCCL-like kernels
- * seen at all). The outputs are text.c's and json.c's (view.h). */
+ * them - for a CUDA graph replay's kernel, the stack that captured it when
+ * known - and sorted most frequent first; and what the diagnostics count
+ * (graph replays, GPU work without a launch, NCCL-like kernels seen at all,
+ * graph launches whose capture was not seen or whose replays cannot be
+ * placed in the window). The outputs are text.c's and json.c's (view.h). */
 #ifndef NP_REPORT_REPORT_H
 #define NP_REPORT_REPORT_H
 
@@ -55,6 +57,12 @@ struct np_report {
     struct np_report_stack *stacks;
     size_t n, cap;
     uint64_t total;
+    uint64_t captured; /* of total: kernels under the stack that captured them */
+    /* Graph launches in the window whose replays graph_replays.jsonl counts
+     * only over the whole recording (not placed), and the matching kernels
+     * those replays ran in the whole recording (not counted). */
+    uint64_t unplaced_launches;
+    struct np_counts unplaced;
     struct np_map index; /* kept frames -> index + 1 */
     uint32_t *of_stack;  /* recording stack -> index + 1, while collecting */
 };
@@ -76,7 +84,13 @@ int np_report_unmatched(const struct np_rep_input *in, const struct np_report_fi
                         struct np_counts *out);
 
 /* Every kernel name containing "nccl" (any case) in the recording: launches'
- * kernels (their GPU kernels, else their CPU-side name) and gpu_unmatched. */
+ * kernels (their GPU kernels, else their CPU-side name), graph_replays.jsonl
+ * and gpu_unmatched. */
 int np_report_nccl_seen(const struct np_rep_input *in, struct np_counts *out);
+
+/* The graph launches in the window whose capture was not seen, by reason
+ * (graph_unknown). */
+int np_report_graph_unseen(const struct np_rep_input *in, const struct np_report_filter *f,
+                           struct np_counts *out);
 
 #endif

@@ -92,7 +92,7 @@ static void intersect(struct np_report_filter *f, const struct np_occurrence *c)
 
 struct results {
     struct np_report rep, replays;
-    struct np_counts unmatched, seen;
+    struct np_counts unmatched, seen, unseen;
     struct np_occurrences occ;
 };
 
@@ -102,9 +102,11 @@ static void results_init(struct results *r) {
     np_report_init(&r->replays);
     np_counts_init(&r->unmatched);
     np_counts_init(&r->seen);
+    np_counts_init(&r->unseen);
 }
 
 static void results_free(struct results *r) {
+    np_counts_free(&r->unseen);
     np_counts_free(&r->seen);
     np_counts_free(&r->unmatched);
     np_report_free(&r->replays);
@@ -121,6 +123,8 @@ static int collect(const struct np_rep_input *in, const struct np_report_filter 
         err = np_report_unmatched(in, f, &r->unmatched);
     if (!err && r->rep.total == 0)
         err = np_report_nccl_seen(in, &r->seen);
+    if (!err)
+        err = np_report_graph_unseen(in, f, &r->unseen);
     if (err)
         np_err("report: %s", strerror(-err));
     return err;
@@ -171,6 +175,7 @@ static int report(const struct np_report_options *opt, const struct np_rep_input
     v.replays = &r->replays;
     v.unmatched = &r->unmatched;
     v.seen = &r->seen;
+    v.unseen = &r->unseen;
     return print(&v);
 }
 

@@ -72,6 +72,10 @@ static void print_diagnostics(FILE *f, const struct np_report_view *v, struct np
             print_names(f, v->unmatched);
         } else if (diags[i] == NP_DIAG_NCCL_SEEN) {
             print_names(f, v->seen);
+        } else if (diags[i] == NP_DIAG_GRAPH_UNPLACED) {
+            print_names(f, &v->rep->unplaced);
+        } else if (diags[i] == NP_DIAG_GRAPH_UNSEEN) {
+            print_names(f, v->unseen);
         }
     }
 }

@@ -1,6 +1,6 @@
 /* view.h - one run of `ncclprobe report` as its outputs see it: the options,
- * the filter they made, what matched, and what the diagnostics of an empty
- * result count; the diagnostics as plain functions (which apply, their kind
+ * the filter they made, what matched, and what the diagnostics count; the
+ * diagnostics as plain functions (which apply, their kind
  * and sentence, diagnostics.c) shared by the text (text.c) and JSON
  * (json.c) outputs, so neither output depends on the other. */
 #ifndef NP_REPORT_VIEW_H
@@ -34,19 +34,25 @@ struct np_report_view {
     const struct np_report *replays;   /* matching kernels of graph replays in the window */
     const struct np_counts *unmatched; /* ... of gpu_unmatched.jsonl in the window */
     const struct np_counts *seen;      /* NCCL-like kernels of the whole recording */
+    /* ... and always: graph launches in the window whose capture was not
+     * seen, by reason (rep->unplaced: those whose replays were not placed) */
+    const struct np_counts *unseen;
 };
 
-/* The diagnostics of an empty result, in the order they are printed. */
+/* The diagnostics, in the order they are printed: those of an empty result,
+ * then those that apply whatever matched. */
 enum np_report_diag {
-    NP_DIAG_NO_MATCH,      /* why nothing matched */
-    NP_DIAG_GRAPH_REPLAYS, /* matching kernels ran from graph replays: their stacks */
-    NP_DIAG_UNMATCHED,     /* ... without any probed launch */
-    NP_DIAG_NCCL_SEEN,     /* neither: the NCCL-like kernels of the recording */
-    NP_DIAG_NO_NCCL,       /* ... none at all */
+    NP_DIAG_NO_MATCH,       /* why nothing matched */
+    NP_DIAG_GRAPH_REPLAYS,  /* matching kernels ran from graph replays: their stacks */
+    NP_DIAG_UNMATCHED,      /* ... without any probed launch */
+    NP_DIAG_NCCL_SEEN,      /* neither: the NCCL-like kernels of the recording */
+    NP_DIAG_NO_NCCL,        /* ... none at all */
+    NP_DIAG_GRAPH_UNPLACED, /* graph replays in the window not placed: kernels not counted */
+    NP_DIAG_GRAPH_UNSEEN,   /* graph launches in the window whose capture was not seen */
     NP_DIAG_MAX
 };
 
-/* Which diagnostics apply (none when something matched): how many in out. */
+/* Which diagnostics apply: how many in out. */
 size_t np_report_diagnostics(const struct np_report_view *v, enum np_report_diag *out);
 const char *np_report_diag_kind(enum np_report_diag d);
 /* The diagnostic's sentence (appended to s). */

@@ -1,7 +1,9 @@
 /* perfetto.c - the trace.json writer (see perfetto.h): reads a recording
  * directory's JSONL files line by line (src/recording/, leniently) and
  * streams Chrome Trace Event JSON. It owns the track layout (CPU threads,
- * GPU devices and their streams, overlap lanes) and the flow ids. */
+ * GPU devices and their streams, overlap lanes), the flow ids, and the args
+ * of each slice (a launch's stack; a graph replay's record's capture stack
+ * and capture site). */
 #define _GNU_SOURCE
 #include "writers/perfetto.h"
 
@@ -17,6 +19,7 @@
 #include "lib/json.h"
 #include "lib/util.h"
 #include "ncclprobe/recording.h"
+#include "recording/frames.h"
 #include "recording/recording.h"
 
 #define CPU_SLICE_NS 1000u              /* nominal length of a launch slice */
@@ -40,6 +43,7 @@ struct gpu_stream {
 struct trace_counts {
     uint64_t launches, nested, nccl_ops, gpu_records, unmatched, flows;
     uint64_t gpu_overlaps, lanes;
+    uint64_t unknown_capture_stacks; /* records naming a capture stack stacks.jsonl lacks */
 };
 
 /* One of the JSONL files, read a line ahead, with the line's sort key. */
@@ -343,6 +347,32 @@ static int put_stack(struct trace *t, bool *first, uint64_t id) {
     return err;
 }
 
+/* A replayed record tied to the launch that captured it: that launch's
+ * stack (replay;API;[graph capture];capture frames), the line that captured
+ * it (frames.h), and how it was tied. */
+static int put_capture(struct trace *t, bool *first, const struct np_rec_gpu *g) {
+    const struct np_rec_stack *rs = np_recording_stack(&t->rec, g->capture_stack_id, NULL);
+    const char *frames = NULL, *site = NULL;
+    int err = g->capture_stack_id ? stack_json(t, g->capture_stack_id, &frames) : 0;
+    if (err)
+        return err;
+    t->n.unknown_capture_stacks += g->capture_stack_id && !rs;
+    if (frames) {
+        put_key(&t->ev, first, "capture_stack");
+        np_str_append(&t->ev, frames);
+        site = np_frames_capture_site(rs->frames, rs->nframes);
+    }
+    if (site) {
+        put_key(&t->ev, first, "capture_site");
+        np_json_string(&t->ev, site);
+    }
+    if (g->capture_by) {
+        put_key(&t->ev, first, NP_KEY_CAPTURE_BY);
+        np_json_string(&t->ev, g->capture_by);
+    }
+    return 0;
+}
+
 /* ---- GPU records --------------------------------------------------------------- */
 
 static const char *gpu_cat(enum np_rec_gpu_type type) {
@@ -405,9 +435,19 @@ static int flow(struct trace *t, const struct launch_ref *from, uint32_t pid, ui
 /* One kernel, memcpy or memset: a slice on its stream's track; from is the
  * launch that made it, NULL for gpu_unmatched.jsonl. */
 static int gpu_record(struct trace *t, const struct np_rec_gpu *g, const struct launch_ref *from) {
-    static const char *const skip[] = {
-        NP_KEY_GPU_TYPE, NP_KEY_GPU_NAME, NP_KEY_START_NS,  NP_KEY_END_NS, "launch_pid",
-        "launch_tid",    "nccl_ops",      NP_KEY_COMM_HASH, "unmatched",   NULL};
+    static const char *const skip[] = {NP_KEY_GPU_TYPE,
+                                       NP_KEY_GPU_NAME,
+                                       NP_KEY_START_NS,
+                                       NP_KEY_END_NS,
+                                       "launch_pid",
+                                       "launch_tid",
+                                       "nccl_ops",
+                                       NP_KEY_COMM_HASH,
+                                       "unmatched",
+                                       NP_KEY_CAPTURE_BY,
+                                       "capture_stack",
+                                       "capture_site",
+                                       NULL};
     uint32_t device = (uint32_t)g->device, tid;
     int err = gpu_track(t, device, (uint32_t)g->context, (uint32_t)g->stream, g->start_ns,
                         g->end_ns, &tid);
@@ -421,6 +461,9 @@ static int gpu_record(struct trace *t, const struct np_rec_gpu *g, const struct 
     np_str_append(&t->ev, ",\"args\":{");
     bool first = true;
     put_members(&t->ev, &first, g->json, skip);
+    err = put_capture(t, &first, g);
+    if (err)
+        return err;
     if (from) {
         put_key(&t->ev, &first, "launch_pid");
         np_str_appendf(&t->ev, "%" PRIu32, from->pid);
@@ -625,6 +668,10 @@ static void warn_counts(const struct trace *t) {
     if (t->rec.malformed)
         np_warn("%s/" NP_REC_TRACE_JSON ": %" PRIu64 " malformed input lines skipped", t->dir,
                 t->rec.malformed);
+    if (t->n.unknown_capture_stacks)
+        np_warn("%s/" NP_REC_TRACE_JSON ": %" PRIu64 " GPU records name a " NP_KEY_CAPTURE_STACK_ID
+                " " NP_REC_STACKS_JSONL " does not have: shown without their capture stack",
+                t->dir, t->n.unknown_capture_stacks);
     if (t->n.gpu_overlaps)
         np_warn("%s/" NP_REC_TRACE_JSON ": %" PRIu64 " GPU records overlap others on their "
                 "stream track (more than %u at once): Perfetto may not show them",

@@ -37,12 +37,13 @@ typedef Perftools__Profiles__Sample pp_sample;
 typedef Perftools__Profiles__Label pp_label;
 typedef Perftools__Profiles__ValueType pp_value_type;
 
-#define MAX_LABELS 6
+#define MAX_LABELS 7
 
-/* A sample's labels: numbers < 0 and string ids 0 are absent. */
+/* A sample's labels: numbers < 0 and string ids 0 are absent. capture_by:
+ * how a replayed GPU record was tied to the launch that captured it. */
 struct labels {
     int64_t pid, tid;
-    int64_t comm, kernel, nccl_op, comm_hash;
+    int64_t comm, kernel, nccl_op, comm_hash, capture_by;
 };
 
 struct sample {
@@ -89,7 +90,7 @@ struct builder {
     uint64_t first_ts, last_ts; /* data times (CLOCK_MONOTONIC) */
     int64_t start_unix_ns, meta_duration_ns;
     const char *source;
-    uint64_t skipped, unknown_stacks;
+    uint64_t skipped, unknown_stacks, unknown_capture_stacks;
 };
 
 /* ---- tables ------------------------------------------------------------- */
@@ -337,8 +338,10 @@ static void sample_key(struct builder *b, int64_t leaf, const struct stack *s,
     np_str_appendf(&b->key, "%" PRId64, leaf);
     for (size_t i = 0; i < s->nlocs; i++)
         np_str_appendf(&b->key, ",%" PRIu64, s->locs[i]);
-    np_str_appendf(&b->key, "|%" PRId64 "|%" PRId64 "|%" PRId64 "|%" PRId64 "|%" PRId64 "|%" PRId64,
-                   l->pid, l->tid, l->comm, l->kernel, l->nccl_op, l->comm_hash);
+    np_str_appendf(&b->key,
+                   "|%" PRId64 "|%" PRId64 "|%" PRId64 "|%" PRId64 "|%" PRId64 "|%" PRId64
+                   "|%" PRId64,
+                   l->pid, l->tid, l->comm, l->kernel, l->nccl_op, l->comm_hash, l->capture_by);
 }
 
 /* Adds values to the sample of (leaf location or 0, stack, labels). */
@@ -443,14 +446,60 @@ static int cpu_leaf(struct builder *b, const struct np_rec_launch *l, const stru
     return add_leaf_sample(b, np_str_cstr(&b->text), s, labels, count, 0);
 }
 
+/* The stack of a replayed record's capture_stack_id; NULL when it has none
+ * or stacks.jsonl lacks it (the record then stays under its launch). */
+static const struct stack *capture_stack(const struct builder *b, const struct np_rec_gpu *g) {
+    size_t index;
+    if (!g->capture_stack_id || !np_recording_stack(&b->rec, g->capture_stack_id, &index))
+        return NULL;
+    return &b->stacks[index];
+}
+
+/* How many of the launch's records count under their capture stack (the
+ * ones naming a stack stacks.jsonl lacks are counted, to be said). */
+static uint32_t tied_records(struct builder *b, const struct np_rec_launch *l) {
+    uint32_t tied = 0;
+    for (uint32_t i = 0; i < l->ngpu; i++) {
+        bool known = capture_stack(b, &l->gpu[i]) != NULL;
+        tied += known;
+        b->unknown_capture_stacks += l->gpu[i].capture_stack_id && !known;
+    }
+    return tied;
+}
+
+/* A replayed record tied to the launch that captured it: one launch of its
+ * capture stack, labelled with its own kernel, that stack's NCCL op and how
+ * it was tied (as graph_replays.jsonl counts replays without GPU records). */
+static int captured_record(struct builder *b, const struct np_rec_gpu *g, const struct stack *s,
+                           const struct labels *launch) {
+    struct labels labels = *launch;
+    labels.nccl_op = s->nccl_op;
+    labels.kernel = g->name ? str_id(b, g->name) : launch->kernel;
+    labels.capture_by = g->capture_by ? str_id(b, g->capture_by) : 0;
+    if (labels.kernel < 0 || labels.capture_by < 0)
+        return -ENOMEM;
+    int64_t ns;
+    int err = gpu_record(b, g, &ns);
+    return err ? err : add_leaf_sample(b, np_str_cstr(&b->text), s, &labels, 1, ns);
+}
+
 /* The launch's samples: under its one GPU record, or counted under the CPU
- * side's kernel with each record's time under the record. */
+ * side's kernel with each record's time under the record. Replayed records
+ * tied to their capture count as launches of their capture stacks; the
+ * CPU side's kernel is then counted only for the records left. */
 static int launch_samples(struct builder *b, const struct np_rec_launch *l, const struct stack *s,
                           const struct labels *labels) {
     if (l->gpu_status && strcmp(l->gpu_status, NP_GPU_STATUS_PENDING) == 0)
         return add_leaf_sample(b, NP_LEAF_PENDING, s, labels, 1, 0);
-    int err = l->ngpu != 1 ? cpu_leaf(b, l, s, labels, 1) : 0;
+    uint32_t tied = tied_records(b, l);
+    bool cpu = l->ngpu == 0 || (l->ngpu > 1 && tied < l->ngpu);
+    int err = cpu ? cpu_leaf(b, l, s, labels, 1) : 0;
     for (uint32_t i = 0; i < l->ngpu && !err; i++) {
+        const struct stack *at = capture_stack(b, &l->gpu[i]);
+        if (at) {
+            err = captured_record(b, &l->gpu[i], at, labels);
+            continue;
+        }
         int64_t ns;
         err = gpu_record(b, &l->gpu[i], &ns);
         if (!err)
@@ -674,7 +723,7 @@ static void gz_append(ProtobufCBuffer *buffer, size_t len, const uint8_t *data) 
 /* The label keys and sample types, interned before the table is copied. */
 struct names {
     int64_t launches, count, gpu_time, nanoseconds, comment;
-    int64_t pid, tid, comm, kernel, nccl_op, comm_hash;
+    int64_t pid, tid, comm, kernel, nccl_op, comm_hash, capture_by;
 };
 
 static int intern_names(struct builder *b, struct names *n) {
@@ -684,7 +733,7 @@ static int intern_names(struct builder *b, struct names *n) {
         str_id(b, "launches"),    str_id(b, "count"),     str_id(b, "gpu_time"),
         str_id(b, "nanoseconds"), str_id(b, comment),     str_id(b, "pid"),
         str_id(b, "tid"),         str_id(b, "comm"),      str_id(b, "kernel"),
-        str_id(b, "nccl_op"),     str_id(b, "comm_hash"),
+        str_id(b, "nccl_op"),     str_id(b, "comm_hash"), str_id(b, NP_KEY_CAPTURE_BY),
     };
     const int64_t *all = (const int64_t *)n;
     for (size_t i = 0; i < sizeof(*n) / sizeof(*all); i++)
@@ -697,9 +746,13 @@ static size_t fill_labels(const struct names *k, const struct labels *l, pp_labe
     size_t n = 0;
     const struct {
         int64_t key, str, num;
-    } all[MAX_LABELS] = {{k->pid, 0, l->pid},          {k->tid, 0, l->tid},
-                         {k->comm, l->comm, -1},       {k->kernel, l->kernel, -1},
-                         {k->nccl_op, l->nccl_op, -1}, {k->comm_hash, l->comm_hash, -1}};
+    } all[MAX_LABELS] = {{k->pid, 0, l->pid},
+                         {k->tid, 0, l->tid},
+                         {k->comm, l->comm, -1},
+                         {k->kernel, l->kernel, -1},
+                         {k->nccl_op, l->nccl_op, -1},
+                         {k->comm_hash, l->comm_hash, -1},
+                         {k->capture_by, l->capture_by, -1}};
     for (size_t i = 0; i < MAX_LABELS; i++) {
         if (!all[i].str && all[i].num < 0)
             continue;
@@ -918,6 +971,11 @@ static void say_skipped(const struct builder *b) {
                 " name a stack_id " NP_REC_STACKS_JSONL
                 " does not have: written with their GPU leaf only",
                 b->unknown_stacks, b->dir);
+    if (b->unknown_capture_stacks)
+        np_warn("pprof: %" PRIu64 " GPU record(s) in %s/" NP_REC_LAUNCHES_JSONL
+                " name a " NP_KEY_CAPTURE_STACK_ID " " NP_REC_STACKS_JSONL
+                " does not have: counted under their launch's stack",
+                b->unknown_capture_stacks, b->dir);
 }
 
 /* Writes the profile to path; every error said once. */

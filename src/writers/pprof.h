@@ -10,8 +10,12 @@
  *                  [NCCL]Op frame. A launch whose GPU work is one record counts
  *                  under that record's leaf; one with several (a graph launch)
  *                  counts once under the CPU-side kernel name and puts each
- *                  record's GPU time under its own leaf.
- *   labels         pid, tid (numbers), comm, kernel, nccl_op, comm_hash.
+ *                  record's GPU time under its own leaf. A graph replay's
+ *                  record tied to the launch that captured it (its
+ *                  capture_stack_id) counts as one launch of that stack,
+ *                  with its GPU time, as graph_replays.jsonl's replays do.
+ *   labels         pid, tid (numbers), comm, kernel, nccl_op, comm_hash,
+ *                  capture_by (records tied to their capture).
  *   functions      the frame's function (a Python frame's qualname, with its
  *                  file and line; "f [inlined]" as an inline line of the
  *                  location of the frame it was inlined into), file and line

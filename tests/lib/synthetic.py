@@ -23,21 +23,23 @@ def launch_row(ts_ns, stack_id, kernel="k", gpu=None, **fields):
 
 
 def write_recording(path, stacks=None, launches=None, nccl=None, unmatched=None, summary=None,
-                    files=None, substitute=None):
+                    files=None, substitute=None, graph_replays=None):
     """Makes the directory path (parents too) with the files given; a file
     given as None is left out, an empty one is written empty. Returns path.
 
     stacks: {stack_id: frames} or a list of stacks.jsonl rows; launches, nccl,
-    unmatched: the rows of launches.jsonl, nccl.jsonl, gpu_unmatched.jsonl
-    (rows are dicts, or bytes written as they are: see write_jsonl, which
-    also says what substitute does); summary: summary.json's object; files:
-    {name: str or bytes} written as they are (folded files, window.json)."""
+    unmatched, graph_replays: the rows of launches.jsonl, nccl.jsonl,
+    gpu_unmatched.jsonl, graph_replays.jsonl (rows are dicts, or bytes
+    written as they are: see write_jsonl, which also says what substitute
+    does); summary: summary.json's object; files: {name: str or bytes}
+    written as they are (folded files, window.json)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     if isinstance(stacks, dict):
         stacks = [{"stack_id": k, "frames": v} for k, v in stacks.items()]
     for name, rows in (("stacks.jsonl", stacks), ("launches.jsonl", launches),
-                       ("nccl.jsonl", nccl), ("gpu_unmatched.jsonl", unmatched)):
+                       ("nccl.jsonl", nccl), ("gpu_unmatched.jsonl", unmatched),
+                       ("graph_replays.jsonl", graph_replays)):
         if rows is not None:
             write_jsonl(path / name, rows, substitute)
     if summary is not None:
@@ -59,3 +61,25 @@ def gpu_record(type_, start_ns, end_ns, name=None, **fields):
     if name is not None:
         record["name"] = name
     return {**record, **fields}
+
+
+GRAPH_CAPTURE = "[graph capture]"
+
+
+def composed(replay, capture):
+    """The stack graph_replays.jsonl and a GPU record's capture_stack_id name:
+    the replay stack, "[graph capture]", then the capture stack's frames from
+    where it leaves the replay stack's common prefix (its launch frame at
+    least), as the recorder composes it (docs/output-formats.md)."""
+    shared = 0
+    while shared < min(len(replay), len(capture)) and replay[shared] == capture[shared]:
+        shared += 1
+    shared = min(shared, len(capture) - 1)
+    return [*replay, GRAPH_CAPTURE, *capture[shared:]]
+
+
+def graph_replay_row(pid, stack_id, replay_stack_id, kernel, count):
+    """A graph_replays.jsonl line: kernel ran count times in the replays made
+    from replay_stack_id, under the composed stack stack_id."""
+    return {"pid": pid, "stack_id": stack_id, "replay_stack_id": replay_stack_id,
+            "kernel": kernel, "count": count}

@@ -1,9 +1,10 @@
 /* recording_unit.c - unit tests for the recording reader (src/recording/)
  * on small directories written here: exact integers, well-formed and
  * malformed lines read strictly and leniently, stacks by id with their
- * locations, GPU leaves, nccl.jsonl, summary.json / window.json, folded
- * lines and frame texts. Prints "recording_unit: N passed, N failed" and
- * exits non-zero on any failure. The malformed lines it feeds are said on stderr: expected. */
+ * locations, GPU leaves, graph replays' capture keys, nccl.jsonl,
+ * summary.json / window.json, folded lines and frame texts. Prints "recording_unit: N passed, N
+ * failed" and exits non-zero on any failure. The malformed lines it feeds are said on stderr:
+ * expected. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -164,6 +165,49 @@ static void test_gpu_and_nccl_lines(void) {
     np_recording_close(&rec);
 }
 
+#define GRAPH_LAUNCHES                                                                             \
+    "{\"ts_ns\":1,\"pid\":7,\"tid\":8,\"kernel\":\"g\",\"stack_id\":1,\"gpu\":["                   \
+    "{\"type\":\"kernel\",\"name\":\"a\",\"start_ns\":2,\"capture_stack_id\":3,"                   \
+    "\"capture_by\":\"node\"},{\"type\":\"kernel\",\"name\":\"b\",\"start_ns\":3,"                 \
+    "\"capture_stack_id\":null}]}\n"                                                               \
+    "{\"ts_ns\":2,\"pid\":7,\"tid\":8,\"kernel\":\"g\",\"stack_id\":1,\"graph_nodes\":\"3\"}\n"    \
+    "{\"ts_ns\":3,\"pid\":7,\"tid\":8,\"kernel\":\"g\",\"stack_id\":1,\"gpu\":["                   \
+    "{\"type\":\"kernel\",\"name\":\"a\",\"start_ns\":2,\"capture_stack_id\":\"3\"}]}\n"           \
+    "{\"ts_ns\":4,\"pid\":7,\"tid\":8,\"kernel\":\"g\",\"stack_id\":1,\"gpu\":["                   \
+    "{\"type\":\"kernel\",\"name\":\"a\",\"start_ns\":2,\"capture_by\":1}]}\n"                     \
+    "{\"ts_ns\":5,\"pid\":7,\"tid\":8,\"kernel\":\"g\",\"stack_id\":1,\"graph_unknown\":5}\n"      \
+    "{\"ts_ns\":6,\"pid\":7,\"tid\":8,\"kernel\":\"g\",\"stack_id\":1,\"graph_nodes\":4}\n"        \
+    "{\"ts_ns\":7,\"pid\":7,\"tid\":8,\"kernel\":\"g\",\"stack_id\":1,"                            \
+    "\"graph_unknown\":\"not seen\"}\n"
+
+/* Graph launches: the capture keys of their records, graph_nodes and
+ * graph_unknown; a member of the wrong type is a malformed line (skipped,
+ * the reading goes on, when lenient). */
+static void test_graph_launches(void) {
+    struct np_recording rec;
+    struct np_rec_lines it;
+    struct np_rec_launch l;
+    write_file(NP_REC_LAUNCHES_JSONL, GRAPH_LAUNCHES);
+    CHECK(np_recording_open(&rec, dir, NP_REC_LENIENT) == 0);
+    CHECK(np_rec_lines_open(&rec, NP_REC_LAUNCHES_JSONL, &it) == 0);
+    CHECK(np_rec_next_launch(&it, &l) == 1 && l.ngpu == 2 && !l.graph_unknown);
+    CHECK(l.ngpu == 2 && l.gpu[0].capture_stack_id == 3 &&
+          strcmp(l.gpu[0].capture_by, NP_CAPTURE_BY_NODE) == 0);
+    CHECK(l.ngpu == 2 && l.gpu[1].capture_stack_id == 0 && !l.gpu[1].capture_by);
+    CHECK(np_rec_next_launch(&it, &l) == 1 && l.ts_ns == 6 && l.graph_nodes == 4);
+    CHECK(np_rec_next_launch(&it, &l) == 1 && l.ts_ns == 7 && l.graph_unknown &&
+          strcmp(l.graph_unknown, "not seen") == 0);
+    CHECK(np_rec_next_launch(&it, &l) == 0 && rec.malformed == 4);
+    np_rec_lines_close(&it);
+    np_recording_close(&rec);
+    CHECK(np_recording_open(&rec, dir, NP_REC_STRICT) == 0);
+    CHECK(np_rec_lines_open(&rec, NP_REC_LAUNCHES_JSONL, &it) == 0);
+    CHECK(np_rec_next_launch(&it, &l) == 1);
+    CHECK(np_rec_next_launch(&it, &l) == -EBADMSG); /* graph_nodes "3" */
+    np_rec_lines_close(&it);
+    np_recording_close(&rec);
+}
+
 static void test_meta(void) {
     struct np_recording rec;
     struct np_rec_meta m;
@@ -241,6 +285,28 @@ static void test_frames(void) {
           !np_frames_last_nccl(frames, 0));
 }
 
+/* The capture site of a graph replay's composed stack. */
+static void test_capture_site(void) {
+    const char *py[] = {"main",
+                        "run (r.py:9)",
+                        "cudaGraphLaunch",
+                        NP_FRAME_GRAPH_CAPTURE,
+                        "capture (c.py:4)",
+                        "Model.forward (m.py:40)",
+                        "at::gemm",
+                        "cudaLaunchKernel"};
+    const char *native[] = {"main",           "cuGraphLaunch", NP_FRAME_GRAPH_CAPTURE,
+                            "capture_model",  "launch_named",  "ncclLaunchKernel",
+                            "[NCCL]AllReduce"};
+    const char *bare[] = {"main", "run", "cuGraphLaunch", NP_FRAME_GRAPH_CAPTURE, "cuLaunchKernel"};
+    CHECK(strcmp(np_frames_capture_site(py, 8), "Model.forward (m.py:40)") == 0);
+    CHECK(strcmp(np_frames_capture_site(native, 7), "launch_named") == 0);
+    CHECK(strcmp(np_frames_capture_site(native, 5), "capture_model") == 0);
+    CHECK(!np_frames_capture_site(bare, 5)); /* the launch API alone */
+    CHECK(!np_frames_capture_site(py, 3));   /* no [graph capture] */
+    CHECK(!np_frames_capture_site(py, 0));
+}
+
 int main(void) {
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
@@ -251,9 +317,11 @@ int main(void) {
     test_launches(NP_REC_STRICT);
     test_launches(NP_REC_LENIENT);
     test_gpu_and_nccl_lines();
+    test_graph_launches();
     test_meta();
     test_folded();
     test_frames();
+    test_capture_site();
     const char *names[] = {NP_REC_STACKS_JSONL, NP_REC_LAUNCHES_JSONL, NP_REC_GPU_UNMATCHED_JSONL,
                            NP_REC_NCCL_JSONL};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
