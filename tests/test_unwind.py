@@ -219,7 +219,7 @@ def test_deep_recursion_large_stack_copy_is_complete(tmp_path, mode):
     frames = stacks[0]
     assert "[truncated]" not in frames and "[unknown]" not in frames, frames
     leaf_first = native_leaf_first(frames)
-    assert leaf_first == ["cudaLaunchKernel"] + ["recurse"] * 300 + ["main"], (
+    assert leaf_first == ["cudaLaunchKernel"] + ["recurse"] * 300 + ["run_plan", "main"], (
         len(leaf_first), frames[:5], frames[-5:])
     assert frames[-1] == "[GPU_Kernel]deep_kernel"
 

@@ -60,7 +60,7 @@ static int parse_depths(struct plan *p, char *list) {
     return p->ndepths ? 0 : -1;
 }
 
-static void *run_plan(void *arg) {
+NOINLINE static void *run_plan(void *arg) {
     struct plan *p = arg;
     for (int d = 0; d < p->ndepths; d++)
         for (long i = 0; i < p->repeat; i++) {
