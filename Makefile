@@ -6,6 +6,7 @@
 #   make check TEST=NAME   one test or unit group (README.md, "Running one test")
 #   make check-layers   every include and call points down the data flow
 #   make bench      benchmarks (bench/README.md)
+#   make bench-cost the per-launch cost benchmark alone (bench/cost.sh)
 #   make SAN=1 ...  the same with AddressSanitizer + UBSan (build/san/)
 #   make format     clang-format every C file
 
@@ -262,6 +263,13 @@ bench: $(BUILD)/ncclprobe $(BUILD)/progs/.built $(BUILD)/unwind_bench $(BUILD)/j
 	bench/merge.sh $(BUILD)
 	$(PYTHON) bench/inject.py --build $(BUILD)
 	$(PYTHON) bench/graphs.py --build $(BUILD)
+	bench/cost.sh $(BUILD)
+
+# What each launch costs the launching thread (BPF run time, added latency) against a bare
+# uprobe, per workload; BENCH_AGAINST=REV adds that revision's build (bench/README.md).
+.PHONY: bench-cost
+bench-cost: $(BUILD)/ncclprobe $(BUILD)/progs/.built
+	bench/cost.sh $(BUILD)
 
 FORMATTED := $(BPF_SRC) bpf/discover.bpf.c $(SRCS) $(STUB_C) $(HEADERS) $(CUPTI_SRCS) tests/unit/*.[ch] $(wildcard tests/progs/*.[ch] \
 	tests/progs/*.cc tools/demo/*.[ch] tools/demo/standin/*.[ch] bench/*.c)

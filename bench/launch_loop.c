@@ -1,12 +1,23 @@
 /* launch_loop.c - a tight cudaLaunchKernel loop for the ncclprobe benchmarks.
  *
  *   launch_loop [--iters N] [--warmup N] [--depth D] [--batch B] [--rate R]
- *               [--duration SEC] [--wait-signal]
+ *               [--duration SEC] [--threads N] [--wait-signal] [--pause]
  *
  * Stack of every launch: main -> level (x D, noinline, real calls) -> run_loop
  * -> launch_one -> cudaLaunchKernel(bench_kernel, {1,1,1}, {32,1,1}, NULL, 0,
  * NULL). Without a GPU (or with the toolkit's stub driver) the launch fails at
  * once; a uprobe on cudaLaunchKernel still fires, which is what we measure.
+ *
+ * --threads N (default 0: the main thread launches): N worker threads
+ * (pthreads) launch instead, each --warmup + --iters, concurrently, with the
+ * stack clone3 -> start_thread -> worker -> level (x D) -> run_loop ->
+ * launch_one; main only waits. ns_per_launch is then the median over every
+ * thread's batch means, launches the sum over the threads.
+ *
+ * --pause: after the warm-up print "warm" and wait for a SIGUSR1, and after
+ * the result line wait for another before exiting, so that a harness can read
+ * the tracer's counters exactly around the timed launches (with --threads, the
+ * threads start timing together, after the pause).
  *
  * The measured launches are timed in batches of B (default 1000); the result
  * is the median of the per-batch means, which ignores the odd batch that a
@@ -33,6 +44,7 @@
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,17 +56,43 @@
 #define NOINLINE __attribute__((noinline, noipa))
 
 struct config {
-    long iters, warmup, depth, batch;
+    long iters, warmup, depth, batch, threads;
     double rate, duration_s;
-    int wait_signal;
+    int wait_signal, pause;
+};
+
+/* What one launching thread measured. */
+struct result {
+    double *means; /* per-batch mean ns per launch */
+    long nb, launches;
+    uint64_t start, end; /* the timed window, CLOCK_MONOTONIC ns */
+    int rc;
 };
 
 static volatile sig_atomic_t stop_flag;
-static volatile int sink; /* keeps the launch results alive */
+static volatile sig_atomic_t go_count; /* SIGUSR1s received (--pause) */
+static volatile int sink;              /* keeps the launch results alive */
+static pthread_barrier_t gate;         /* --threads > 1: all start timing together */
 
 static void on_stop(int sig) {
     (void)sig;
     stop_flag = 1;
+}
+
+static void on_go(int sig) {
+    (void)sig;
+    go_count++;
+}
+
+/* --pause: print msg, wait for the next SIGUSR1 (any thread may take it). */
+static void pause_for_go(const char *msg) {
+    static int wanted;
+    wanted++;
+    printf("%s\n", msg);
+    fflush(stdout);
+    struct timespec ms = {.tv_sec = 0, .tv_nsec = 1000000};
+    while (go_count < wanted && !stop_flag)
+        nanosleep(&ms, NULL);
 }
 
 /* The host-side "kernel": only its address matters. */
@@ -94,15 +132,22 @@ static void wait_until(uint64_t t) {
         ;
 }
 
-static NOINLINE int run_loop(const struct config *c) {
+/* The warm-up, then (--pause / --threads > 1) the gate, then the timed batches. */
+static NOINLINE int run_loop(const struct config *c, struct result *r, int idx) {
     for (long i = 0; i < c->warmup && !stop_flag; i++)
         sink += launch_one();
+    if (c->threads > 1)
+        pthread_barrier_wait(&gate);
+    if (c->pause && idx == 0)
+        pause_for_go("warm");
+    if (c->threads > 1)
+        pthread_barrier_wait(&gate);
 
     long max_batches = c->iters / c->batch;
     double *means = malloc(sizeof(double) * (size_t)(max_batches > 0 ? max_batches : 1));
     if (!means) {
         fprintf(stderr, "launch_loop: out of memory\n");
-        return 4;
+        return r->rc = 4;
     }
     uint64_t period = c->rate > 0 ? (uint64_t)(1e9 / c->rate) : 0;
     uint64_t end = c->duration_s > 0 ? 0 : UINT64_MAX;
@@ -132,30 +177,108 @@ static NOINLINE int run_loop(const struct config *c) {
         means[nb++] = (double)busy / (double)c->batch;
         launches += c->batch;
     }
-    double elapsed = (double)(now_ns() - start) / 1e9;
+    r->means = means;
+    r->nb = nb;
+    r->launches = launches;
+    r->start = start;
+    r->end = now_ns();
+    return r->rc = nb > 0 ? 0 : 4;
+}
 
-    double median = 0;
+/* The result line over every launching thread's batches. */
+static int report(const struct result *rs, long n) {
+    long nb = 0, launches = 0, k = 0;
+    uint64_t start = UINT64_MAX, end = 0;
+    int rc = 0;
+    for (long t = 0; t < n; t++) {
+        nb += rs[t].nb;
+        launches += rs[t].launches;
+        if (rs[t].nb && rs[t].start < start)
+            start = rs[t].start;
+        if (rs[t].nb && rs[t].end > end)
+            end = rs[t].end;
+        if (rs[t].rc)
+            rc = rs[t].rc;
+    }
+    double *all = malloc(sizeof(double) * (size_t)(nb ? nb : 1));
+    if (!all) {
+        fprintf(stderr, "launch_loop: out of memory\n");
+        return 4;
+    }
+    for (long t = 0; t < n; t++)
+        for (long i = 0; i < rs[t].nb; i++)
+            all[k++] = rs[t].means[i];
+    double median = 0, elapsed = nb ? (double)(end - start) / 1e9 : 0;
     if (nb > 0) {
-        qsort(means, (size_t)nb, sizeof(double), cmp_double);
-        median = nb % 2 ? means[nb / 2] : (means[nb / 2 - 1] + means[nb / 2]) / 2;
+        qsort(all, (size_t)nb, sizeof(double), cmp_double);
+        median = nb % 2 ? all[nb / 2] : (all[nb / 2 - 1] + all[nb / 2]) / 2;
     }
     printf("ns_per_launch=%.1f launches=%ld elapsed_s=%.4f rate=%.0f batches=%ld\n", median,
            launches, elapsed, elapsed > 0 ? (double)launches / elapsed : 0.0, nb);
     fflush(stdout);
-    free(means);
-    return nb > 0 ? 0 : 4;
+    free(all);
+    return nb > 0 ? rc : 4;
 }
 
 /* depth noinline frames between main and the loop, each a real call. */
-static NOINLINE int level(const struct config *c, long d) {
-    int rc = d > 0 ? level(c, d - 1) : run_loop(c);
+static NOINLINE int level(const struct config *c, struct result *r, int idx, long d) {
+    int rc = d > 0 ? level(c, r, idx, d - 1) : run_loop(c, r, idx);
     __asm__ volatile("" ::: "memory");
+    return rc;
+}
+
+struct worker_arg {
+    const struct config *c;
+    struct result *r;
+    int idx;
+};
+
+static void *worker(void *p) {
+    struct worker_arg *a = p;
+    level(a->c, a->r, a->idx, a->c->depth);
+    __asm__ volatile("" ::: "memory");
+    return NULL;
+}
+
+/* --threads N: N workers launch, main waits for them. */
+static int run_threads(const struct config *c) {
+    long n = c->threads;
+    struct result *rs = calloc((size_t)n, sizeof(*rs));
+    struct worker_arg *args = calloc((size_t)n, sizeof(*args));
+    pthread_t *tids = calloc((size_t)n, sizeof(*tids));
+    if (!rs || !args || !tids) {
+        fprintf(stderr, "launch_loop: out of memory\n");
+        return 4;
+    }
+    if (n > 1 && pthread_barrier_init(&gate, NULL, (unsigned)n) != 0) {
+        fprintf(stderr, "launch_loop: pthread_barrier_init failed\n");
+        return 4;
+    }
+    long started = 0;
+    for (; started < n; started++) {
+        args[started] = (struct worker_arg){.c = c, .r = &rs[started], .idx = (int)started};
+        if (pthread_create(&tids[started], NULL, worker, &args[started]) != 0) {
+            fprintf(stderr, "launch_loop: pthread_create failed\n");
+            if (started == 0)
+                return 4;
+            _exit(4); /* the started ones would wait at the barrier forever */
+        }
+    }
+    for (long t = 0; t < n; t++)
+        pthread_join(tids[t], NULL);
+    int rc = report(rs, n);
+    for (long t = 0; t < n; t++)
+        free(rs[t].means);
+    free(rs);
+    free(args);
+    free(tids);
     return rc;
 }
 
 static int usage(void) {
     fprintf(stderr, "usage: launch_loop [--iters N] [--warmup N] [--depth D] [--batch B]\n"
-                    "                   [--rate R] [--duration SEC] [--wait-signal]\n");
+                    "                   [--rate R] [--duration SEC] [--threads N]\n"
+                    "                   [--wait-signal] [--pause]\n");
     return 2;
 }
 
@@ -179,6 +302,10 @@ int main(int argc, char **argv) {
             c.wait_signal = 1;
             continue;
         }
+        if (!strcmp(a, "--pause")) {
+            c.pause = 1;
+            continue;
+        }
         if (i + 1 >= argc)
             return usage();
         const char *val = argv[++i];
@@ -194,6 +321,8 @@ int main(int argc, char **argv) {
             c.rate = v;
         else if (!strcmp(a, "--duration") && !parse_num(val, 1e-3, 1e6, &v))
             c.duration_s = v;
+        else if (!strcmp(a, "--threads") && !parse_num(val, 0, 1024, &v))
+            c.threads = (long)v;
         else
             return usage();
     }
@@ -214,6 +343,9 @@ int main(int argc, char **argv) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    struct sigaction go = {.sa_handler = on_go};
+    sigemptyset(&go.sa_mask);
+    sigaction(SIGUSR1, &go, NULL); /* --pause; --wait-signal blocks it until then */
 
     if (c.wait_signal) {
         /* SIGTERM/SIGINT while waiting: leave without launching. */
@@ -231,7 +363,21 @@ int main(int argc, char **argv) {
         if (sig != SIGUSR1)
             return 0;
         sigdelset(&set, SIGUSR1);
+        if (c.pause) /* its handler counts the --pause signals */
+            sigaddset(&set, SIGUSR1);
         sigprocmask(SIG_UNBLOCK, &set, NULL);
     }
-    return level(&c, c.depth);
+    int rc;
+    if (c.threads > 0) {
+        rc = run_threads(&c);
+    } else {
+        struct result r = {0};
+        rc = level(&c, &r, 0, c.depth);
+        if (r.means)
+            rc = report(&r, 1);
+        free(r.means);
+    }
+    if (c.pause)
+        pause_for_go("done");
+    return rc;
 }
