@@ -575,12 +575,15 @@ static bool room_in(struct np_graphs *g, struct np_map *m,
                     bool (*alive)(const struct np_graphs *, uint64_t key, uint64_t value)) {
     if (m->count < IDENTITY_MAX)
         return true;
-    for (size_t i = 0; i < m->cap; i++)
-        if (m->slots[i].used &&
-            !alive(g, m->slots[i].ikey, (uint64_t)(uintptr_t)m->slots[i].value)) {
-            np_map_del_u64(m, m->slots[i].ikey);
-            i = (size_t)-1; /* deletion may move entries: start over */
-        }
+    /* the keys first: a deletion may move entries */
+    uint64_t *dead = malloc(m->count * sizeof(*dead));
+    size_t n = 0;
+    for (size_t i = 0; dead && i < m->cap; i++)
+        if (m->slots[i].used && !alive(g, m->slots[i].ikey, (uint64_t)(uintptr_t)m->slots[i].value))
+            dead[n++] = m->slots[i].ikey;
+    for (size_t i = 0; i < n; i++)
+        np_map_del_u64(m, dead[i]);
+    free(dead);
     return m->count < IDENTITY_MAX;
 }
 
@@ -706,8 +709,12 @@ static void attribute_by_order(const struct np_graph_nodes *list,
         free(order), free(used);
         return;
     }
-    for (uint32_t i = 0; i < n; i++)
+    for (uint32_t i = 0; i < n; i++) {
         order[i] = i;
+        uintptr_t at = (uintptr_t)node[i], first = (uintptr_t)list->v;
+        if (node[i] && at >= first && at < first + list->n * sizeof(*list->v)) /* tied by id */
+            used[(at - first) / sizeof(*list->v)] = true;
+    }
     qsort_r(order, n, sizeof(*order), by_start, (void *)records);
     for (uint32_t k = 0; k < n; k++) {
         uint32_t i = order[k];

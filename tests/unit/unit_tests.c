@@ -938,6 +938,12 @@ static void test_graph_identity(void) {
     CHECK(node[3] == NULL && by[3] == NULL);
     CHECK(g.stats.records_by_node == 2 && g.stats.records_by_order == 1 &&
           g.stats.records_unattributed == 1);
+    /* one tied by id, one not: the other gemm is the only one left for it */
+    struct np_gpu_record *mixed[] = {replay_record("gemm", 1001, 5),
+                                     replay_record("gemm", 4242, 1)};
+    np_graphs_attribute(&g, r, mixed, 2, node, by);
+    CHECK(node[0] == a && node[1] == b && strcmp(by[1], NP_CAPTURE_BY_ORDER) == 0);
+    free(mixed[0]), free(mixed[1]);
     /* without node ids (the process gone): kernel order, as they started */
     np_graphs_attribute(NULL, r, recs, 4, node, by);
     CHECK(node[0] == &r->nodes->v[0] && node[1] == &r->nodes->v[1] &&
