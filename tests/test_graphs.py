@@ -388,3 +388,78 @@ def test_cupti_replays_without_node_ids_are_tied_by_kernel_order(tmp_path):
     replayed = check_replayed_records(out, expect, "kernel_order")
     g = json.loads((out / "summary.json").read_text())["targets"][0]["graphs"]
     assert g["replay_records_by_kernel_order"] == len(replayed) and g["cupti_nodes"] == 0
+
+
+@needs_replay
+def test_daemon_window_ties_replays_of_a_capture_it_saw_by_kernel_order(tmp_path_factory,
+                                                                        tmp_path):
+    """A server's case: the daemon traces the process from its start and keeps its capture
+    while it records nothing; later a capture window brings the CUPTI library into it
+    (`ctl start --cupti`), which never saw the nodes made. Every replayed kernel record of the
+    window is tied by kernel order to the line that captured it, with its GPU time."""
+    import os
+    import signal
+    import time
+
+    from lib.cupti_app import APP
+    from lib.daemon import Daemon, wait_for
+
+    d = Daemon(tmp_path_factory.mktemp("graphs"), include_comm="cupti_app")
+    expect = tmp_path / "expect.jsonl"
+    app = subprocess.Popen([str(APP), "--scenario", "capture", "--no-graph-nodes",
+                            "--replay-until-signal", "--sleep-us", "2000", "--expect",
+                            str(expect), "--wait-signal"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def subscribed_replays():
+        rows = read_jsonl(expect) if expect.exists() else []
+        return [r for r in rows if r.get("api") == "cuGraphLaunch" and r.get("subscriber")]
+    try:
+        line = app.stdout.readline()
+        assert line.startswith("ready "), line + app.stderr.read()
+        pid = int(line.split()[1])
+        d.wait_traced(pid)
+        os.kill(pid, signal.SIGUSR1)  # the capture, then replays
+        wait_for(lambda: expect.exists() and len(read_jsonl(expect)) >= 8, 20, "the capture")
+        assert d.ctl("start", "--cupti").returncode == 0
+        try:
+            wait_for(lambda: len(subscribed_replays()) >= 30, 30, "replays with the library in")
+        except AssertionError:
+            raise AssertionError(f"{d.target(pid)}\n{read_jsonl(expect)[-2:]}\n"
+                                 f"{d.stderr()[-3000:]}")
+        time.sleep(0.5)
+        assert d.ctl("stop").returncode == 0
+        os.kill(pid, signal.SIGTERM)
+        _, err = app.communicate(timeout=60)
+        assert app.returncode == 0, err
+        sets = d.written_sets(pid)
+        windows = [name for name, w in sets.items() if w["window"]["kind"] == "window"]
+        assert len(windows) == 1, sets
+        out = d.out / windows[0]
+        truth = {(g["graph_node_id"], g["start_ns"]): g for r in subscribed_replays()
+                 for g in r["gpu"]}
+        stacks = read_stacks(out)
+        tied = 0
+        for launch in outer_launches(out):
+            if launch["api"] != "cuGraphLaunch":
+                continue
+            for rec in launch.get("gpu", []):
+                want = truth.get((rec["graph_node_id"], rec["start_ns"]))
+                if want is None:
+                    continue  # a replay at the window's edges
+                assert rec["capture_by"] == "kernel_order", rec
+                frames = [f.split(" (")[0] for f in stacks[rec["capture_stack_id"]]]
+                assert capture_site(frames) == want["capture_site"], frames
+                tied += 1
+        assert tied >= 4 * 20, tied
+        # the window's GPU time of the replays sits under the capture lines, none under the replay
+        replayed = [f for f in folded(out / "merged.gpu_ns.folded") if "replay_step" in f]
+        assert replayed and all(CAPTURE in f for f in replayed), replayed
+        assert {capture_site(f) for f in replayed} == \
+            {"capture_attention", "capture_mlp", "capture_proj"}
+        rc, _ = d.terminate()
+        assert rc == 0, d.stderr()[-3000:]
+    finally:
+        if app.poll() is None:
+            app.kill()
+        d.kill()

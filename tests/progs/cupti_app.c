@@ -125,8 +125,9 @@ struct options {
     bool wait_signal;
     bool no_records; /* the GPU never reports: launches stay without records */
     bool threads_given;
-    long sleep_us;       /* live: pause between rounds */
-    bool no_graph_nodes; /* capture: CUPTI announces no graph nodes */
+    long sleep_us;            /* live: pause between rounds */
+    bool no_graph_nodes;      /* capture: CUPTI announces no graph nodes */
+    bool replay_until_signal; /* capture: replays until a stop signal, not --iters */
 };
 
 static struct options opts = {.scenario = "eager", .threads = 8, .iters = 4, .sleep_us = 1000};
@@ -733,7 +734,32 @@ NOINLINE void replay_step(struct call_truth *c, long replay) {
     c->tid = progs_gettid();
 }
 
-/* capture: the capture (4 captured launches), one eager launch, --iters replays. */
+static void catch_stop_signals(sigset_t *old);
+static bool stop_requested(void);
+
+/* --replay-until-signal: a replay every --sleep-us until SIGTERM, SIGINT or SIGUSR2, each
+ * truth line saying whether a CUPTI subscriber existed when its records were scripted (a
+ * library injected while it runs: earlier replays reached nobody). Returns the replays. */
+static long replay_until_signal(void) {
+    sigset_t old;
+    catch_stop_signals(&old);
+    pthread_sigmask(SIG_SETMASK, &old, NULL); /* the handler only sets a flag */
+    long it = 0;
+    for (; !stop_requested(); it++) {
+        struct call_truth c = {.replay = -1, .live = true, .handle = (uintptr_t)cap.exec};
+        c.subscriber = cupti_replay_subscribed();
+        replay_step(&c, it);
+        KEEP_FRAME();
+        if (!c.subscriber)
+            c.n_gpu = 0; /* nobody took them */
+        write_truth(&c);
+        progs_sleep_us(opts.sleep_us);
+    }
+    return it;
+}
+
+/* capture: the capture (4 captured launches), one eager launch, --iters replays (or until a
+ * stop signal). */
 NOINLINE long run_capture(void) {
     capture_setup();
     capture_model();
@@ -742,6 +768,8 @@ NOINLINE long run_capture(void) {
     eager_after(&eager);
     KEEP_FRAME();
     write_truth(&eager);
+    if (opts.replay_until_signal)
+        return cap.n + 1 + replay_until_signal();
     for (long it = 0; it < opts.iters; it++) {
         struct call_truth c = {.replay = -1};
         replay_step(&c, it);
@@ -787,6 +815,10 @@ static struct {
 static void live_stop(int sig) {
     (void)sig;
     live.stop = 1;
+}
+
+static bool stop_requested(void) {
+    return live.stop != 0;
 }
 
 /* The handles, made before any CUPTI library exists in the process. */
@@ -944,7 +976,7 @@ static void usage(FILE *out) {
                  "                 [--scenario eager|graph|memcpy|threads|mixed|live|capture]\n"
                  "                 [--threads N] [--iters N] [--reverse-buffers] [--drop N]\n"
                  "                 [--expect FILE] [--wait-signal] [--no-records] [--sleep-us N]\n"
-                 "                 [--no-graph-nodes]\n");
+                 "                 [--no-graph-nodes] [--replay-until-signal]\n");
 }
 
 static bool known_scenario(const char *name) {
@@ -968,7 +1000,8 @@ static void parse_options(int argc, char **argv) {
         OPT_WAIT,
         OPT_NOREC,
         OPT_SLEEP,
-        OPT_NO_NODES
+        OPT_NO_NODES,
+        OPT_REPLAY_LOOP
     };
     static const struct option long_opts[] = {
         {"injection", required_argument, NULL, OPT_INJ},
@@ -982,6 +1015,7 @@ static void parse_options(int argc, char **argv) {
         {"no-records", no_argument, NULL, OPT_NOREC},
         {"sleep-us", required_argument, NULL, OPT_SLEEP},
         {"no-graph-nodes", no_argument, NULL, OPT_NO_NODES},
+        {"replay-until-signal", no_argument, NULL, OPT_REPLAY_LOOP},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -1021,6 +1055,9 @@ static void parse_options(int argc, char **argv) {
             break;
         case OPT_NO_NODES:
             opts.no_graph_nodes = true;
+            break;
+        case OPT_REPLAY_LOOP:
+            opts.replay_until_signal = true;
             break;
         case 'h':
             usage(stdout);
@@ -1064,10 +1101,10 @@ int main(int argc, char **argv) {
     open_expect();
     if (strcmp(opts.scenario, "live") == 0)
         return main_live();
-    if (opts.injection) {
+    if (opts.injection || opts.replay_until_signal) /* a library may come later, too */
         export_cupti_path();
+    if (opts.injection)
         load_injection(opts.injection);
-    }
     bool threads = strcmp(opts.scenario, "threads") == 0;
     if (opts.wait_signal)
         progs_block_start_signal();
