@@ -236,37 +236,9 @@ def parse_result(line):
 # ---- tracers ---------------------------------------------------------------------------
 
 
-class Tracer:
-    def __init__(self, name, label):
-        self.name = name
-        self.label = label
-
-    def start(self, pid, workdir):
-        return None
-
-    def stop(self, proc):
-        pass
-
-
-class Ncclprobe(Tracer):
-    def __init__(self, name, label, binary, extra):
-        super().__init__(name, label)
-        self.binary = binary
-        self.extra = list(extra)
-
-    def start(self, pid, workdir):
-        rec = os.path.join(workdir, "rec")
-        p = Proc([self.binary, "record", "--pid", str(pid), "-o", rec] + self.extra, self.name)
-        if not p.wait_line(rf"recording process {pid}\b", 60, key="err"):
-            raise RuntimeError(f"{self.name} did not attach:\n{p.text()}")
-        return p
-
-    def stop(self, proc):
-        # It stops by itself once its target exits; SIGINT if it has not.
-        if proc.wait(5) is None:
-            proc.send(signal.SIGINT)
-        if proc.stop(signal.SIGINT, 60) != 0:
-            raise RuntimeError(f"{self.name} exited with {proc.p.returncode}:\n{proc.text()}")
+# the tracers' shape, and record --pid started and stopped, as bench.py has them
+Tracer = bench.Tracer
+Ncclprobe = bench.Ncclprobe
 
 
 class Bpftrace(Tracer):
@@ -499,10 +471,7 @@ def f0(x):
     return "-" if x is None or x != x else f"{x:.0f}"
 
 
-def ratio(a, b):
-    if a is None or b is None or a != a or b != b or b <= 0:
-        return "n/a"
-    return f"{a / b:.2f}x"
+ratio = py_bench.ratio
 
 
 def report(args, st, tracers, runs, clean, wall):

@@ -35,26 +35,15 @@ PYTHON=/usr/bin/python3
 [ -e "$CUDA_HOME/lib64/libcudart.so.13" ] ||
     { echo "bench/cost.sh: no $CUDA_HOME/lib64/libcudart.so.13" >&2; exit 1; }
 
-# launch_loop as bench/run.sh builds it: RUNPATH BUILD/progs first when it holds the
-# toolkit's stub libcuda.so.1, so every launch fails fast even where a GPU exists.
+# shellcheck disable=SC1091
+. "$HERE/lib.sh"
 BUILD_ABS=$(cd "$BUILD" && pwd)
-RPATH=()
-[ -e "$BUILD_ABS/progs/libcuda.so.1" ] && RPATH+=("-Wl,-rpath,$BUILD_ABS/progs")
-RPATH+=("-Wl,-rpath,$CUDA_HOME/lib64")
-mkdir -p "$BUILD_ABS/bench"
-LOOP="$BUILD_ABS/bench/launch_loop"
-if [ ! -x "$LOOP" ] || [ "$HERE/launch_loop.c" -nt "$LOOP" ]; then
-    "$CC" -std=c11 -O2 -g -fno-omit-frame-pointer -Wall -Wextra -Werror -pthread \
-        -I"$CUDA_HOME/include" "$HERE/launch_loop.c" -o "$LOOP" \
-        -L"$CUDA_HOME/lib64" -lcudart "${RPATH[@]}"
-fi
+LOOP=$(launch_loop_build "$BUILD_ABS")
 LIBCUDA=()
 [ -e "$BUILD_ABS/progs/libcuda.so.1" ] && LIBCUDA=(--libcuda "$BUILD_ABS/progs/libcuda.so.1")
 
 PREVIOUS=()
 if [ -n "${BENCH_AGAINST:-}" ]; then
-    # shellcheck disable=SC1091
-    . "$HERE/against.sh"
     echo "bench/cost.sh: building $BENCH_AGAINST in build/bench-against" >&2
     prev=$(against_build "$REPO" "$BENCH_AGAINST") ||
         { echo "bench/cost.sh: could not build $BENCH_AGAINST" >&2; exit 1; }

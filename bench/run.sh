@@ -28,35 +28,18 @@ PYTHON=/usr/bin/python3
 [ -e "$CUDA_HOME/lib64/libcudart.so.13" ] ||
     { echo "bench/run.sh: no $CUDA_HOME/lib64/libcudart.so.13" >&2; exit 1; }
 
-# RUNPATH: BUILD/progs first when it holds the toolkit's stub libcuda.so.1 (as
-# the test workloads do), so every launch fails fast even where a driver and
-# GPU exist; then the toolkit's lib64 for the real libcudart.so.13.
+# shellcheck disable=SC1091
+. "$HERE/lib.sh"
 BUILD_ABS=$(cd "$BUILD" && pwd)
-RPATH=()
-[ -e "$BUILD_ABS/progs/libcuda.so.1" ] && RPATH+=("-Wl,-rpath,$BUILD_ABS/progs")
-RPATH+=("-Wl,-rpath,$CUDA_HOME/lib64")
-
-mkdir -p "$BUILD_ABS/bench"
-LOOP="$BUILD_ABS/bench/launch_loop"
-if [ ! -x "$LOOP" ] || [ "$HERE/launch_loop.c" -nt "$LOOP" ]; then
-    "$CC" -std=c11 -O2 -g -fno-omit-frame-pointer -Wall -Wextra -Werror \
-        -I"$CUDA_HOME/include" "$HERE/launch_loop.c" -o "$LOOP" \
-        -L"$CUDA_HOME/lib64" -lcudart "${RPATH[@]}"
-fi
+LOOP=$(launch_loop_build "$BUILD_ABS")
 
 PREVIOUS=()
 if [ -n "${BENCH_AGAINST:-}" ]; then
     REPO=$(cd "$HERE/.." && pwd)
-    AGAINST="$REPO/build/bench-against"
-    rev=$(git -C "$REPO" rev-parse --short "$BENCH_AGAINST")
-    if [ "$(cat "$AGAINST/.rev" 2>/dev/null)" != "$rev" ]; then
-        rm -rf "$AGAINST" && git -C "$REPO" worktree prune
-        git -C "$REPO" worktree add --detach "$AGAINST" "$rev" >/dev/null
-        make -C "$AGAINST" -j"$(nproc)" BUILD=build build/ncclprobe >/dev/null
-        echo "$rev" > "$AGAINST/.rev"
-    fi
-    PREVIOUS=(--previous "$AGAINST/build/ncclprobe")
-    export BENCH_PREVIOUS_LABEL="commit $rev"
+    prev=$(against_build "$REPO" "$BENCH_AGAINST") ||
+        { echo "bench/run.sh: could not build $BENCH_AGAINST" >&2; exit 1; }
+    PREVIOUS=(--previous "$prev")
+    export BENCH_PREVIOUS_LABEL="commit $(cat "$REPO/build/bench-against/.rev")"
 fi
 
 # shellcheck disable=SC2086
