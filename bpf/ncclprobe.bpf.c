@@ -366,8 +366,15 @@ struct {
     __type(value, __u8);
 } py_seen_stacks SEC(".maps");
 
+/* Frames are read one by one into bytes[], or, for 3.11+ frames in the
+ * thread's data stack, taken from bulk[]: a copy of up to NP_PY_BULK_BYTES
+ * of the stack chunk below (and including) the frame that missed it. The
+ * extra NP_PY_FRAME_READ lets a masked offset plus a field stay inside. */
+#define NP_PY_BULK_BYTES 8192 /* a power of two */
+
 struct py_frame_buf {
     __u8 bytes[NP_PY_FRAME_READ + 8];
+    __u8 bulk[NP_PY_BULK_BYTES + NP_PY_FRAME_READ];
 };
 
 struct {
@@ -380,6 +387,12 @@ struct {
 #define NP_PY_MAX_THREAD_STEPS 4096          /* thread states (and interpreters) visited */
 #define NP_PY_NO_THREAD_RECHECK_NS 100000000 /* a thread without Python is re-checked after */
 #define NP_DATA_WORDS (sizeof(((struct np_launch_event *)0)->data) / sizeof(__u64))
+
+static __always_inline void count_n(__u32 which, __u64 n) {
+    __u64 *v = bpf_map_lookup_elem(&counters, &which);
+    if (v)
+        *v += n;
+}
 
 static __always_inline __u64 read_user_u64(__u64 addr) {
     __u64 v = 0;
@@ -439,16 +452,88 @@ static __always_inline __u64 find_thread_state(const struct np_py_cfg *cfg, __u3
     return w.found;
 }
 
+/* A _PyStackChunk's header: {previous, size (bytes)}, then top, data[]. */
+struct py_chunk_head {
+    __u64 previous;
+    __u64 size;
+};
+
 struct frame_walk {
     struct np_launch_event *e;
     const struct np_py_cfg *cfg;
-    __u8 *buf;
+    struct py_frame_buf *buf;
     __u64 frame;
     __u32 base; /* data[] index of the first Python frame */
     __u32 n;
-    __u32 flags; /* NP_LF_PY_* */
-    __u64 hash;  /* of the code objects walked */
+    __u32 flags;      /* NP_LF_PY_* */
+    __u32 read;       /* frames read, */
+    __u32 bulk;       /* ... of them from buf->bulk */
+    __u64 hash;       /* of the code objects walked */
+    __u64 bulk_lo;    /* buf->bulk holds user memory [bulk_lo, bulk_hi) */
+    __u64 bulk_hi;    /* 0: nothing */
+    __u64 chunk_lo;   /* the data-stack chunk being walked: its frames' area */
+    __u64 chunk_hi;   /* 0: none (frames are read one by one) */
+    __u64 chunk_prev; /* the chunk before it */
 };
+
+/* Loads the chunk at addr into w; false (w unchanged) when unreadable. */
+static __always_inline bool load_chunk(struct frame_walk *w, __u64 addr) {
+    struct py_chunk_head h = {};
+    if (!addr || bpf_probe_read_user(&h, sizeof(h), (void *)addr) != 0)
+        return false;
+    if (h.size <= w->cfg->chunk_data)
+        return false;
+    w->chunk_lo = addr + w->cfg->chunk_data;
+    w->chunk_hi = addr + h.size;
+    w->chunk_prev = h.previous;
+    return true;
+}
+
+/* Copies the chunk holding [frame, end) from end downwards - at most
+ * NP_PY_BULK_BYTES, never below the chunk's start - into buf->bulk. The
+ * chunk is the current one, or the one before it (the walk has left the
+ * current one for good then: older frames lie in older chunks). False:
+ * frame is elsewhere (a generator's), or the copy failed. */
+static __always_inline bool fill_bulk(struct frame_walk *w, __u64 frame, __u64 end) {
+    if (!w->chunk_hi || frame >= end)
+        return false;
+    if (frame < w->chunk_lo || end > w->chunk_hi) {
+        __u64 lo = w->chunk_lo, hi = w->chunk_hi, prev = w->chunk_prev;
+        if (!load_chunk(w, prev))
+            return false;
+        if (frame < w->chunk_lo || end > w->chunk_hi) { /* not there either: stay */
+            w->chunk_lo = lo, w->chunk_hi = hi, w->chunk_prev = prev;
+            return false;
+        }
+    }
+    __u64 start = end - w->chunk_lo > NP_PY_BULK_BYTES ? end - NP_PY_BULK_BYTES : w->chunk_lo;
+    __u64 size = end - start;
+    if (size > NP_PY_BULK_BYTES)
+        return false;
+    barrier_var(size); /* the bounded register is the one passed */
+    if (bpf_probe_read_user(w->buf->bulk, size, (void *)start) != 0)
+        return false;
+    w->bulk_lo = start;
+    w->bulk_hi = end;
+    return true;
+}
+
+/* The frame's first len bytes: from the bulk copy when it holds them
+ * (refilled from the data stack when the frame lies there), else read on
+ * their own. NULL: unreadable. */
+static __always_inline const __u8 *frame_bytes(struct frame_walk *w, __u64 frame, __u32 len) {
+    __u64 end = frame + len;
+    bool held = frame >= w->bulk_lo && end <= w->bulk_hi && frame < end;
+    if (!held && !fill_bulk(w, frame, end)) {
+        if (bpf_probe_read_user(w->buf->bytes, len, (void *)frame) != 0)
+            return NULL;
+        return w->buf->bytes;
+    }
+    __u64 off = (frame - w->bulk_lo) & (NP_PY_BULK_BYTES - 1);
+    barrier_var(off);
+    w->bulk++;
+    return w->buf->bulk + off;
+}
 
 static __always_inline __u64 buf_u64(const __u8 *buf, __u32 off) {
     if (off > NP_PY_FRAME_READ - 8)
@@ -479,16 +564,18 @@ static long frame_walk_step(__u32 i, void *ctx) {
         return 1;
     if (len > NP_PY_FRAME_READ)
         len = NP_PY_FRAME_READ;
-    if (bpf_probe_read_user(w->buf, len, (void *)w->frame) != 0) {
+    __u64 frame = w->frame;
+    const __u8 *fb = frame_bytes(w, frame, len);
+    if (!fb) {
         w->flags |= NP_LF_PY_ERR;
         return 1;
     }
-    __u64 frame = w->frame;
-    w->frame = buf_u64(w->buf, cfg->frame_previous);
+    w->read++;
+    w->frame = buf_u64(fb, cfg->frame_previous);
     if (w->frame == frame) /* a corrupt chain must not spin */
         w->frame = 0;
-    __u64 code = buf_u64(w->buf, cfg->frame_code) & ~7ull; /* 3.14: tagged _PyStackRef */
-    if (cfg->frame_owner != NP_PY_NO_FIELD && buf_u8(w->buf, cfg->frame_owner) >= cfg->owner_shim) {
+    __u64 code = buf_u64(fb, cfg->frame_code) & ~7ull; /* 3.14: tagged _PyStackRef */
+    if (cfg->frame_owner != NP_PY_NO_FIELD && buf_u8(fb, cfg->frame_owner) >= cfg->owner_shim) {
         /* the C-stack shim below a C activation's frames: ends that block */
         __u32 *prev_flags = w->n ? frame_flags_at(w, w->n - 1) : NULL;
         if (prev_flags)
@@ -508,12 +595,12 @@ static long frame_walk_step(__u32 i, void *ctx) {
     __s32 instr;
     __u32 flags = 0;
     if (cfg->legacy_frames) { /* 3.10: f_lasti counts code units */
-        __u64 lasti = buf_u64(w->buf, cfg->frame_instr);
+        __u64 lasti = buf_u64(fb, cfg->frame_instr);
         instr = (__s32)(__u32)lasti * 2;
         flags = NP_PYF_ENTRY;
     } else {
-        instr = (__s32)(buf_u64(w->buf, cfg->frame_instr) - (code + cfg->code_adaptive));
-        if (cfg->frame_is_entry != NP_PY_NO_FIELD && buf_u8(w->buf, cfg->frame_is_entry))
+        instr = (__s32)(buf_u64(fb, cfg->frame_instr) - (code + cfg->code_adaptive));
+        if (cfg->frame_is_entry != NP_PY_NO_FIELD && buf_u8(fb, cfg->frame_is_entry))
             flags = NP_PYF_ENTRY;
     }
     w->hash = (w->hash ^ code) * 0x100000001b3ull;
@@ -538,11 +625,15 @@ static __always_inline void capture_python(struct np_launch_event *e, const stru
         return;
     }
     struct frame_walk w = {
-        .e = e, .cfg = cfg, .buf = buf->bytes, .base = base, .hash = 0xcbf29ce484222325ull};
+        .e = e, .cfg = cfg, .buf = buf, .base = base, .hash = 0xcbf29ce484222325ull};
     w.frame = read_user_u64(tstate + cfg->tstate_frame);
     if (w.frame && cfg->cframe_frame != NP_PY_NO_FIELD) /* 3.11/3.12: via tstate->cframe */
         w.frame = read_user_u64(w.frame + cfg->cframe_frame);
+    if (w.frame && cfg->tstate_chunk != NP_PY_NO_FIELD && cfg->chunk_data != NP_PY_NO_FIELD)
+        load_chunk(&w, read_user_u64(tstate + cfg->tstate_chunk));
     bpf_loop(2 * NP_PY_MAX_FRAMES + 2, frame_walk_step, &w, 0);
+    count_n(NP_CNT_PY_FRAMES, w.read);
+    count_n(NP_CNT_PY_FRAMES_BULK, w.bulk);
     e->n_py = w.n;
     e->flags |= NP_LF_PY | w.flags;
     if (w.flags & NP_LF_PY_ERR)

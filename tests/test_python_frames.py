@@ -207,3 +207,48 @@ def test_bad_python_options_are_refused():
         proc = run_ncclprobe(["record", *args, "--", "true"], timeout=30)
         assert proc.returncode == 2, (args, proc.stderr)
         assert "--python" in proc.stderr
+
+
+def data_stack_interpreters():
+    """3.11+: frames of ordinary calls lie in the thread's data stack."""
+    return [p for p in interpreters() if not p.endswith("3.10")]
+
+
+@pytest.mark.parametrize("python", data_stack_interpreters())
+def test_frames_are_taken_from_bulk_copies_of_the_data_stack(tmp_path, python):
+    """The walker copies the thread's data stack in bulk and takes frames from
+    the copy; the frames are the interpreter's own, in deep recursion (across
+    data-stack chunks too) and where generator and coroutine frames (which live
+    in their objects, not in the data stack) sit between them."""
+    # 60+ frames: all but the C-stack entry shim (3.12+, one per walk) from bulk copies
+    rec = record_script(tmp_path, python, ["--scenario", "recursion", "--depth", 70, "--iters", 3])
+    expected, _ = workload_output(rec.stdout)
+    [want] = expected.values()
+    assert len(want) == 72
+    for stacks in launches_by_tid(rec).values():
+        for frames in stacks:
+            assert python_frames(frames) == want
+    t = rec.summary["totals"]
+    assert t["python_walks"] == 3 and t["python_read_errors"] == 0
+    assert t["python_frames_read"] >= 3 * 72
+    assert t["python_frames_read"] - t["python_frames_from_bulk_reads"] <= t["python_walks"], t
+
+    # 600 frames cross several data-stack chunks: every one still there, in order
+    deep = record_script(tmp_path, python, ["--scenario", "recursion", "--depth", 600, "--iters", 1],
+                         extra=["--python-depth", 1024], name="deep")
+    expected, _ = workload_output(deep.stdout)
+    [want] = expected.values()
+    [[frames]] = launches_by_tid(deep).values()
+    assert python_frames(frames) == want
+    t = deep.summary["totals"]
+    assert t["python_frames_read"] - t["python_frames_from_bulk_reads"] <= 1, t
+
+    # generator and coroutine frames: read on their own, the rest in bulk
+    chain = record_script(tmp_path, python, ["--threads", 0, "--iters", 2], name="chain")
+    expected, counts = workload_output(chain.stdout)
+    [stacks] = launches_by_tid(chain).values()
+    for kind, frames in (("generator", stacks[0]), ("asyncio", stacks[2])):
+        assert python_frames(frames) == expected[(next(iter(counts)), kind)], kind
+    t = chain.summary["totals"]
+    assert t["python_read_errors"] == 0
+    assert 0 < t["python_frames_from_bulk_reads"] < t["python_frames_read"], t

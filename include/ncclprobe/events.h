@@ -168,7 +168,13 @@ struct np_py_cfg {
     __u16 frame_read;       /* bytes read per frame, <= NP_PY_FRAME_READ */
     __u8 hold;              /* a process ncclprobe started: stopped at a new stack until
                                user space has read its code objects (see NP_LF_PY_NEW) */
-    __u8 pad[3];
+    __u8 pad;
+    /* 3.11+: the thread's data stack, where the frames of ordinary calls lie
+     * contiguously (innermost highest), read in bulk instead of frame by
+     * frame. NP_PY_NO_FIELD in either: frames are read one by one. */
+    __u16 tstate_chunk; /* PyThreadState.datastack_chunk (the current _PyStackChunk) */
+    __u16 chunk_data;   /* _PyStackChunk.data (after previous, size (bytes), top) */
+    __u16 pad2;
 };
 
 struct np_launch_event {
@@ -361,6 +367,8 @@ enum np_counter {
                           */
     NP_CNT_GRAPH_SENT,   /* capture/graph call records written to the ring buffer */
     NP_CNT_GRAPH_DROPPED,
+    NP_CNT_PY_FRAMES,      /* Python frames the walker read (C-stack shims included) */
+    NP_CNT_PY_FRAMES_BULK, /* ... of them from a bulk copy of the thread's data stack */
     NP_CNT_MAX
 };
 

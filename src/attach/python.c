@@ -45,6 +45,9 @@ static bool version_from_name(const char *path, struct np_python_info *out) {
 /* ---- layouts ---------------------------------------------------------- */
 
 #define NONE NP_PY_NO_FIELD
+/* _PyStackChunk {previous, size, top, data[]}: the same in 3.11-3.14 (not in
+ * _Py_DebugOffsets) */
+#define CHUNK_DATA 0x18
 
 /* 3.10-3.12, x86-64, GIL builds: offsetof() against each version's headers,
  * checked on live interpreters (../shared/notes/cpython.md, tables 1.2,
@@ -65,7 +68,9 @@ static const struct np_python_layout table_layouts[] = {
              .code_adaptive = 0,
              .legacy_frames = 1,
              .owner_shim = 255,
-             .frame_read = 0x68},
+             .frame_read = 0x68,
+             .tstate_chunk = NONE, /* PyFrameObjects: no data stack */
+             .chunk_data = NONE},
      .co_firstlineno = 0x28,
      .co_filename = 0x68,
      .co_name = 0x70,
@@ -92,7 +97,9 @@ static const struct np_python_layout table_layouts[] = {
              .frame_is_entry = 0x44,
              .code_adaptive = 0xb8,
              .owner_shim = 255,
-             .frame_read = 0x48},
+             .frame_read = 0x48,
+             .tstate_chunk = 0x128,
+             .chunk_data = CHUNK_DATA},
      .co_firstlineno = 0x48,
      .co_filename = 0x70,
      .co_name = 0x78,
@@ -118,7 +125,9 @@ static const struct np_python_layout table_layouts[] = {
              .frame_is_entry = NONE,
              .code_adaptive = 0xc0,
              .owner_shim = 3,
-             .frame_read = 0x48},
+             .frame_read = 0x48,
+             .tstate_chunk = 0xe8,
+             .chunk_data = CHUNK_DATA},
      .co_firstlineno = 0x44,
      .co_filename = 0x70,
      .co_name = 0x78,
@@ -138,7 +147,7 @@ struct debug_positions {
     unsigned minor;
     uint32_t struct_size;
     uint32_t interp_head, interp_next, interp_threads;
-    uint32_t tstate_next, tstate_frame, tstate_thread_id;
+    uint32_t tstate_next, tstate_frame, tstate_thread_id, tstate_chunk;
     uint32_t frame_previous, frame_code, frame_instr, frame_owner;
     uint32_t co_filename, co_name, co_qualname, co_linetable, co_firstlineno, co_adaptive;
     uint32_t bytes_size, bytes_data, str_state, str_length, str_ascii_size;
@@ -146,9 +155,11 @@ struct debug_positions {
 };
 
 static const struct debug_positions debug_positions[] = {
-    {13,  584, 40,  64,  72,  168, 184, 192, 232, 240, 248, 264,
+    {13,  584, 40,  64,  72,  168, 184, 192, 208, 232, 240, 248, 264,
      280, 288, 296, 304, 312, 344, 520, 528, 544, 552, 560, 3},
-    {14,  760, 40,  64,  72,  192, 208, 216, 256, 264, 272, 288,
+    /* 3.14's datastack_chunk position (232) is inferred: the thread_state
+     * fields keep their 3.13 order, shifted like the rest */
+    {14,  760, 40,  64,  72,  192, 208, 216, 232, 256, 264, 272, 288,
      320, 328, 336, 344, 352, 384, 600, 608, 624, 632, 640, 3},
 };
 
@@ -181,7 +192,8 @@ static int layout_from_debug(const uint8_t *debug, unsigned minor, struct np_pyt
     uint64_t big[] = {field_at(debug, p->interp_head),    field_at(debug, p->interp_next),
                       field_at(debug, p->interp_threads), field_at(debug, p->tstate_next),
                       field_at(debug, p->tstate_frame),   field_at(debug, p->tstate_thread_id),
-                      field_at(debug, p->co_adaptive),    field_at(debug, p->co_linetable)};
+                      field_at(debug, p->co_adaptive),    field_at(debug, p->co_linetable),
+                      field_at(debug, p->tstate_chunk)};
     for (size_t i = 0; i < NP_ARRAY_SIZE(big); i++)
         if (big[i] > 0xfff0)
             return -EINVAL;
@@ -200,7 +212,9 @@ static int layout_from_debug(const uint8_t *debug, unsigned minor, struct np_pyt
                 .frame_owner = (uint16_t)v[3],
                 .frame_is_entry = NONE,
                 .code_adaptive = (uint16_t)big[6],
-                .owner_shim = p->owner_shim},
+                .owner_shim = p->owner_shim,
+                .tstate_chunk = (uint16_t)big[8],
+                .chunk_data = CHUNK_DATA},
         .co_filename = (uint32_t)field_at(debug, p->co_filename),
         .co_name = (uint32_t)field_at(debug, p->co_name),
         .co_qualname = (uint32_t)field_at(debug, p->co_qualname),

@@ -93,6 +93,8 @@ static cJSON *totals_json(const struct np_summary *s) {
     np_json_add_u64(o, "python_threads_without_state", c[NP_CNT_PY_NO_THREAD]);
     np_json_add_u64(o, "python_read_errors", c[NP_CNT_PY_ERRORS]);
     np_json_add_u64(o, "python_truncated", c[NP_CNT_PY_TRUNCATED]);
+    np_json_add_u64(o, "python_frames_read", c[NP_CNT_PY_FRAMES]);
+    np_json_add_u64(o, "python_frames_from_bulk_reads", c[NP_CNT_PY_FRAMES_BULK]);
     np_json_add_u64(o, "cupti_markers", s->ingest->marker_events);
     np_json_add_u64(o, "cupti_markers_dropped", c[NP_CNT_MARKER_DROPPED]);
     np_json_add_u64(o, "foreign_hits", c[NP_CNT_FOREIGN_HITS]);
