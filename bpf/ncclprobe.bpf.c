@@ -223,7 +223,10 @@ static __always_inline void track_scope(struct np_launch_event *e, __u32 tid) {
         return;
     }
     struct launch_scope now = {.sp = e->sp, .ret_addr = e->ret_addr, .probe_id = e->called_as};
-    bpf_map_update_elem(&scope_by_tid, &tid, &now, BPF_ANY);
+    if (outer) /* only this thread writes its entry: in place, no update's bucket lock */
+        *outer = now;
+    else
+        bpf_map_update_elem(&scope_by_tid, &tid, &now, BPF_ANY);
 }
 
 /* A thunk entered just before us with the same stack pointer means the
