@@ -26,7 +26,6 @@ struct learned_hint {
 
 void np_stack_hints_init(struct np_stack_hints *h) {
     h->fd = -1;
-    h->updates = 0;
     np_map_init(&h->learned);
 }
 
@@ -65,7 +64,6 @@ static void write_hint(struct np_stack_hints *h, struct learned_hint *l, uint32_
                        : bpf_map_delete_elem(h->fd, &l->key);
     if (err == 0 || !unneeded) /* a missing entry (aged out) is dropped all the same */
         l->unneeded = unneeded;
-    h->updates++;
 }
 
 void np_stack_hints_learn(struct np_stack_hints *h, const struct np_launch_event *e,

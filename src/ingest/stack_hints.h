@@ -19,7 +19,6 @@
 struct np_stack_hints {
     int fd;                /* BPF's stack_hints map; -1: none, nothing is learned */
     struct np_map learned; /* hash of the key -> struct learned_hint * */
-    uint64_t updates;      /* entries written to BPF (set, lowered or dropped) */
 };
 
 void np_stack_hints_init(struct np_stack_hints *h);

@@ -53,6 +53,8 @@ struct np_output {
     struct np_map merged_ns;     /* "stack_id;leaf" -> (uintptr_t) GPU ns (merged.gpu_ns) */
     struct np_map stack_ids;     /* stack -> (uintptr_t) id */
     struct np_map replays;       /* "nodes id:stack id" -> struct replay_batch * */
+    struct np_map composed_ids;  /* hash of (replay stack id, capture stack) -> the id of
+                                  * replay;API;[graph capture];capture: composed once */
     char **stacks;               /* stacks[id - 1]: the folded stack of an id */
     uint64_t next_stack_id;
     struct np_output_totals totals;
@@ -188,6 +190,7 @@ int np_output_open_flags(const char *dir, unsigned flags, struct np_output **out
     np_map_init(&o->merged_ns);
     np_map_init(&o->stack_ids);
     np_map_init(&o->replays);
+    np_map_init(&o->composed_ids);
     np_str_init(&o->line);
     np_str_init(&o->ext);
     o->next_stack_id = 1;
@@ -433,16 +436,21 @@ static void write_ext_line(struct np_output *o, uint64_t sid, const char *ext_pr
     write_line(o, EXT_FOLDED, line);
 }
 
+/* n runs of kernel `leaf` under stack sid: launches.folded and the counts by kernel. */
+static void count_kernel_runs(struct np_output *o, uint64_t sid, const char *leaf, uint64_t n) {
+    struct np_str *s = &o->line;
+    np_str_reset(s);
+    np_str_appendf(s, "%" PRIu64 ";%s", sid, leaf); /* the stack by id: a short key */
+    add_to(o, &o->folded_counts, np_str_cstr(s), n);
+    add_to(o, &o->kernel_counts, leaf, n);
+}
+
 static void count_launch(struct np_output *o, uint64_t sid, const char *ext_prefix,
                          const char *kernel) {
     o->totals.launches++;
     char leaf[1024];
     np_sanitize_frame(leaf, sizeof(leaf), kernel, false);
-    struct np_str *s = &o->line;
-    np_str_reset(s);
-    np_str_appendf(s, "%" PRIu64 ";%s", sid, leaf); /* the stack by id: a short key */
-    bump(o, &o->folded_counts, np_str_cstr(s));
-    bump(o, &o->kernel_counts, leaf);
+    count_kernel_runs(o, sid, leaf, 1);
     write_ext_line(o, sid, ext_prefix, leaf);
 }
 
@@ -631,11 +639,8 @@ static void expand_replays(struct np_output *o) {
             char leaf[1024], merged_leaf[1100];
             np_sanitize_frame(leaf, sizeof(leaf), node->kernel, false);
             snprintf(merged_leaf, sizeof(merged_leaf), NP_LEAF_KERNEL "%s", leaf);
+            count_kernel_runs(o, sid, leaf, b->count);
             struct np_str *s = &o->line;
-            np_str_reset(s);
-            np_str_appendf(s, "%" PRIu64 ";%s", sid, leaf);
-            add_to(o, &o->folded_counts, np_str_cstr(s), b->count);
-            add_to(o, &o->kernel_counts, leaf, b->count);
             np_str_reset(s);
             np_str_appendf(s, "%" PRIu64 ";%s", sid, merged_leaf);
             add_to(o, &o->merged_counts, np_str_cstr(s), b->count);
@@ -652,6 +657,13 @@ static void expand_replays(struct np_output *o) {
         note_error(o, -errno);
 }
 
+/* A GPU record's name (kernel or API), NUL-terminated, into buf (NP_WIRE_MAX_NAME + 1 bytes). */
+static const char *record_name(char *buf, const struct np_gpu_record *r) {
+    memcpy(buf, r->name, r->name_len);
+    buf[r->name_len] = '\0';
+    return buf;
+}
+
 /* The flame-graph leaf of a GPU record. */
 static void gpu_leaf(char *out, size_t size, const struct np_gpu_record *r) {
     if (r->kind == NP_GPU_MEMCPY) {
@@ -660,9 +672,7 @@ static void gpu_leaf(char *out, size_t size, const struct np_gpu_record *r) {
         snprintf(out, size, NP_LEAF_MEMSET);
     } else {
         char name[NP_WIRE_MAX_NAME + 1], safe[NP_WIRE_MAX_NAME + 1];
-        memcpy(name, r->name, r->name_len);
-        name[r->name_len] = '\0';
-        np_sanitize_frame(safe, sizeof(safe), name, false);
+        np_sanitize_frame(safe, sizeof(safe), record_name(name, r), false);
         snprintf(out, size, NP_LEAF_KERNEL "%s", safe);
     }
 }
@@ -675,10 +685,8 @@ static void gpu_record_json(struct np_str *s, const struct np_gpu_record *r, uin
                    types[r->kind <= NP_GPU_MEMSET ? r->kind : 0]);
     if (r->kind == NP_GPU_KERNEL) {
         char name[NP_WIRE_MAX_NAME + 1];
-        memcpy(name, r->name, r->name_len);
-        name[r->name_len] = '\0';
         np_str_append(s, ",\"" NP_KEY_GPU_NAME "\":");
-        np_json_string(s, name);
+        np_json_string(s, record_name(name, r));
     }
     np_str_appendf(s,
                    ",\"correlation_id\":%u,\"" NP_KEY_START_NS "\":%" PRIu64 ",\"" NP_KEY_END_NS
@@ -730,9 +738,18 @@ static uint32_t replay_stacks(struct np_output *o, const struct np_gpu_launch *g
         capture_sid[i] = 0;
         if (!replay || !replay->node[i])
             continue;
-        np_graph_compose(replay->stack, replay->node[i], &composed);
-        capture_sid[i] = stack_id(o, &composed);
-        tied++;
+        /* every replay of a node from one line composes the same stack: once per output */
+        const uint64_t parts[2] = {gl->stack_id, replay->node[i]->stack->hash};
+        uint64_t key = np_hash_bytes(parts, sizeof(parts));
+        capture_sid[i] = (uintptr_t)np_map_get_u64(&o->composed_ids, key);
+        if (!capture_sid[i]) {
+            np_graph_compose(replay->stack, replay->node[i], &composed);
+            capture_sid[i] = stack_id(o, &composed);
+            if (capture_sid[i] &&
+                np_map_put_u64(&o->composed_ids, key, (void *)(uintptr_t)capture_sid[i]) < 0)
+                note_error(o, -ENOMEM);
+        }
+        tied += capture_sid[i] != 0;
     }
     np_str_free(&composed.folded);
     np_str_free(&composed.detailed);
@@ -754,14 +771,8 @@ static void count_replay(struct np_output *o, const struct np_gpu_launch *gl, co
         if (r->kind != NP_GPU_KERNEL)
             continue;
         char name[NP_WIRE_MAX_NAME + 1];
-        memcpy(name, r->name, r->name_len);
-        name[r->name_len] = '\0';
-        np_sanitize_frame(leaf, sizeof(leaf), name, false);
-        struct np_str *s = &o->line;
-        np_str_reset(s);
-        np_str_appendf(s, "%" PRIu64 ";%s", capture_sid[i] ? capture_sid[i] : gl->stack_id, leaf);
-        bump(o, &o->folded_counts, np_str_cstr(s));
-        bump(o, &o->kernel_counts, leaf);
+        np_sanitize_frame(leaf, sizeof(leaf), record_name(name, r), false);
+        count_kernel_runs(o, capture_sid[i] ? capture_sid[i] : gl->stack_id, leaf, 1);
         o->totals.replayed_kernels += capture_sid[i] != 0;
     }
 }
@@ -960,6 +971,7 @@ int np_output_close(struct np_output *o) {
     np_map_free(&o->merged_ns, NULL);
     np_map_free(&o->stack_ids, NULL);
     np_map_free(&o->replays, free_replay_batch);
+    np_map_free(&o->composed_ids, NULL);
     for (uint64_t id = 1; id < o->next_stack_id; id++)
         free(o->stacks[id - 1]);
     free(o->stacks);
