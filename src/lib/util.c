@@ -20,21 +20,57 @@ void np_log_set_level(enum np_log_level level) {
     log_level = level;
 }
 
-/* Leaves errno as it was: callers say what failed, then return -errno. */
+/* Writes all of TEXT to stderr, retrying short writes and EINTR. */
+static void write_stderr(const char *text, size_t len) {
+    while (len) {
+        ssize_t n = write(STDERR_FILENO, text, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return;
+        text += n;
+        len -= (size_t)n;
+    }
+}
+
+/* Leaves errno as it was: callers say what failed, then return -errno.
+ * The line goes out in one write(): the reader thread, the main loop and a
+ * traced child (its CUPTI library) share the one stderr, and a line written
+ * in pieces comes out cut in two by theirs. */
 void np_log(enum np_log_level level, const char *fmt, ...) {
     static const char *const prefix[] = {"error: ", "warning: ", "", "debug: "};
-    va_list ap;
     int saved_errno = errno;
+    char stack_line[1024];
+    char *line = stack_line;
 
     if (level == NP_LOG_ERROR)
         log_errors++;
     if (level > log_level)
         return;
-    fprintf(stderr, "ncclprobe: %s", prefix[level]);
+    int head = snprintf(stack_line, sizeof(stack_line), "ncclprobe: %s", prefix[level]);
+    va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    int body = vsnprintf(stack_line + head, sizeof(stack_line) - (size_t)head, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    if (body < 0)
+        body = 0;
+    size_t len = (size_t)head + (size_t)body;
+    if (len + 2 > sizeof(stack_line)) { /* a long line: formatted again, whole */
+        char *big = malloc(len + 2);
+        if (big) {
+            memcpy(big, stack_line, (size_t)head);
+            va_start(ap, fmt);
+            vsnprintf(big + head, (size_t)body + 1, fmt, ap);
+            va_end(ap);
+            line = big;
+        } else {
+            len = sizeof(stack_line) - 2; /* cut, but said */
+        }
+    }
+    line[len++] = '\n';
+    write_stderr(line, len);
+    if (line != stack_line)
+        free(line);
     errno = saved_errno;
 }
 
