@@ -22,7 +22,9 @@
 
 #define GPU_LINGER_NS 300000000ull /* a launch's records stop coming: it retires */
 #define GPU_MAX_WAITING 200000     /* launches waiting for GPU records, at most */
-#define GPU_FINAL_WAIT_MS 500      /* at the end: the last flush of live targets */
+#define GPU_FINAL_WAIT_MS                                                                          \
+    2000 /* at the end, at most: the last flush of live targets (every                             \
+          * 100 ms; a loaded host under ASan missed 500 ms) */
 
 /* The name a held launch is written under: the CPU side's, unless that was
  * a handle made before we attached ("<unnamed 0x...>"): then what the CUPTI
