@@ -131,6 +131,10 @@ uint64_t np_stack_texts_hash(const struct np_stack_texts *texts) {
     return np_hash_str(np_str_cstr(&texts->detailed));
 }
 
+uint64_t np_stack_texts_serial(const struct np_stack_texts *texts) {
+    return texts->hashed_len == texts->detailed.len + 1 ? texts->serial : 0;
+}
+
 /* The locations list: one JSON object per detailed frame. */
 void np_ingest_append_location(struct np_str *locations) {
     np_str_append(locations, locations->len ? ",{}" : "{}");
@@ -261,6 +265,7 @@ struct cached_stack { /* one allocation: the key, then the three texts */
     const char *folded, *detailed, *locations;
     size_t flen, dlen, llen; /* their lengths */
     uint64_t detailed_hash;  /* np_hash_str(detailed) */
+    uint64_t serial;         /* np_stack_texts.serial */
     uint8_t key[];
 };
 
@@ -325,15 +330,18 @@ void np_ingest_proc_forget_stacks(struct np_ingest_proc *p) {
     np_map_free(&p->stack_texts, free);
 }
 
-static void remember_stack(struct np_ingest_proc *t, uint64_t hash, const uint8_t *key,
-                           size_t key_len, const struct np_stack_texts *texts) {
+/* Remembers texts under key; returns the entry's serial number (0: not
+ * remembered). Numbers count up for every process: never reused. */
+static uint64_t remember_stack(struct np_ingest_proc *t, uint64_t hash, const uint8_t *key,
+                               size_t key_len, const struct np_stack_texts *texts) {
+    static uint64_t last_serial; /* ingest runs on one thread */
     if (t->stack_texts.count >= STACK_CACHE_MAX)
         np_ingest_proc_forget_stacks(t);
     size_t flen = texts->folded.len + 1, dlen = texts->detailed.len + 1,
            llen = texts->locations.len + 1;
     struct cached_stack *c = malloc(sizeof(*c) + key_len + flen + dlen + llen);
     if (!c)
-        return;
+        return 0;
     char *folded = (char *)c->key + key_len, *detailed = folded + flen,
          *locations = detailed + dlen;
     memcpy(folded, np_str_cstr(&texts->folded), flen);
@@ -344,6 +352,7 @@ static void remember_stack(struct np_ingest_proc *t, uint64_t hash, const uint8_
     c->dlen = dlen - 1;
     c->llen = llen - 1;
     c->detailed_hash = texts->detailed_hash;
+    c->serial = ++last_serial;
     c->folded = folded;
     c->detailed = detailed;
     c->locations = locations;
@@ -352,10 +361,12 @@ static void remember_stack(struct np_ingest_proc *t, uint64_t hash, const uint8_
     if (old) /* a hash collision: the newer wins */
         t->stack_text_bytes -= sizeof(*old) + old->key_len + old->flen + old->dlen + old->llen + 3;
     free(old);
-    if (np_map_put_u64(&t->stack_texts, hash, c) < 0)
+    if (np_map_put_u64(&t->stack_texts, hash, c) < 0) {
         free(c);
-    else
-        t->stack_text_bytes += sizeof(*c) + key_len + flen + dlen + llen;
+        return 0;
+    }
+    t->stack_text_bytes += sizeof(*c) + key_len + flen + dlen + llen;
+    return c->serial;
 }
 
 static void write_stack_cached(struct np_ingest *ing, struct np_ingest_proc *t,
@@ -376,13 +387,14 @@ static void write_stack_cached(struct np_ingest *ing, struct np_ingest_proc *t,
         np_str_borrow(&out->locations, c->locations, c->llen);
         out->detailed_hash = c->detailed_hash;
         out->hashed_len = c->dlen + 1;
+        out->serial = c->serial;
         return;
     }
     write_stack(ing, t, in, out);
     if (!out->folded.failed && !out->detailed.failed && !out->locations.failed) {
         out->detailed_hash = np_hash_bytes(out->detailed.buf, out->detailed.len);
         out->hashed_len = out->detailed.len + 1;
-        remember_stack(t, hash, key, key_len, out);
+        out->serial = remember_stack(t, hash, key, key_len, out);
     }
 }
 
@@ -421,6 +433,7 @@ void np_ingest_build_stack(struct np_ingest *ing, struct np_ingest_proc *t,
                            struct np_stack_texts *out) {
     struct stack_input in = {.entry_name = entry_name};
     out->hashed_len = 0; /* not known until a text is written */
+    out->serial = 0;
     if (e->flags & NP_LF_PY) {
         in.py = np_launch_py(e);
         in.n_py = e->n_py;

@@ -147,6 +147,16 @@ int np_map_put_str_hashed(struct np_map *m, const char *key, uint64_t hash, void
     return put(m, hash, 0, key, value);
 }
 
+void **np_map_slot_str_hashed(struct np_map *m, const char *key, uint64_t hash) {
+    struct np_map_entry *e = m->cap ? find_slot(m, hash, 0, key) : NULL;
+    if (e && e->used)
+        return &e->value;
+    if (put(m, hash, 0, key, NULL) < 0)
+        return NULL;
+    e = find_slot(m, hash, 0, key);
+    return &e->value;
+}
+
 void *np_map_get_str(const struct np_map *m, const char *key) {
     return np_map_get_str_hashed(m, key, np_hash_str(key));
 }

@@ -41,6 +41,9 @@ int np_map_put_str(struct np_map *m, const char *key, void *value);
  * lookups. */
 void *np_map_get_str_hashed(const struct np_map *m, const char *key, uint64_t hash);
 int np_map_put_str_hashed(struct np_map *m, const char *key, uint64_t hash, void *value);
+/* The value slot of key, added (holding NULL) when missing: one lookup to
+ * read and update a value. NULL without memory for a new key. */
+void **np_map_slot_str_hashed(struct np_map *m, const char *key, uint64_t hash);
 
 /* Iteration: for (size_t i = 0; i < m->cap; i++) if (m->slots[i].used) ... */
 

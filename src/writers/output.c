@@ -56,6 +56,8 @@ struct np_output {
     struct np_map merged_counts; /* "stack_id;leaf" -> (uintptr_t) count (merged.folded) */
     struct np_map merged_ns;     /* "stack_id;leaf" -> (uintptr_t) GPU ns (merged.gpu_ns) */
     struct np_map stack_ids;     /* stack -> (uintptr_t) id */
+    struct np_map ids_by_serial; /* a cached stack's serial -> (uintptr_t) id: found
+                                  * without comparing its text (np_stack_texts_serial) */
     struct np_map replays;       /* "nodes id:stack id" -> struct replay_batch * */
     struct np_map composed_ids;  /* hash of (replay stack id, capture stack) -> the id of
                                   * replay;API;[graph capture];capture: composed once */
@@ -194,6 +196,7 @@ int np_output_open_flags(const char *dir, unsigned flags, struct np_output **out
     np_map_init(&o->merged_counts);
     np_map_init(&o->merged_ns);
     np_map_init(&o->stack_ids);
+    np_map_init(&o->ids_by_serial);
     np_map_init(&o->replays);
     np_map_init(&o->composed_ids);
     np_str_init(&o->line);
@@ -249,11 +252,14 @@ static size_t key_stack_len(const struct np_output *o, const char *key) {
 }
 
 static void add_to(struct np_output *o, struct np_map *m, const char *key, uint64_t n) {
-    uint64_t hash = np_hash_str(key);
-    uintptr_t v = (uintptr_t)np_map_get_str_hashed(m, key, hash);
-    if (np_map_put_str_hashed(m, key, hash, (void *)(v + (uintptr_t)n)) < 0)
+    void **slot = np_map_slot_str_hashed(m, key, np_hash_str(key));
+    if (!slot) {
         note_error(o, -ENOMEM);
-    else if (!v && n) /* a new line of an aggregate file: stack;leaf count */
+        return;
+    }
+    uintptr_t v = (uintptr_t)*slot;
+    *slot = (void *)(v + (uintptr_t)n);
+    if (!v && n) /* a new line of an aggregate file: stack;leaf count */
         aggregates_grew(o, key_stack_len(o, key) + strlen(key) + 24);
 }
 
@@ -263,7 +269,28 @@ static void bump(struct np_output *o, struct np_map *m, const char *key) {
 
 /* The id of a (detailed) stack in stacks.jsonl; written there the first
  * time, with its locations, and its folded form kept for launches.folded. */
+static uint64_t stack_id_of_text(struct np_output *o, const struct np_stack_texts *texts);
+
+/* Bounded: a memo, started over when full. */
+#define IDS_BY_SERIAL_MAX 65536
+
 static uint64_t stack_id(struct np_output *o, const struct np_stack_texts *texts) {
+    uint64_t serial = np_stack_texts_serial(texts);
+    uintptr_t id = serial ? (uintptr_t)np_map_get_u64(&o->ids_by_serial, serial) : 0;
+    if (id)
+        return id;
+    id = stack_id_of_text(o, texts);
+    if (id && serial) {
+        if (o->ids_by_serial.count >= IDS_BY_SERIAL_MAX) {
+            np_map_free(&o->ids_by_serial, NULL);
+            np_map_init(&o->ids_by_serial);
+        }
+        np_map_put_u64(&o->ids_by_serial, serial, (void *)id); /* a memo: may fail */
+    }
+    return id;
+}
+
+static uint64_t stack_id_of_text(struct np_output *o, const struct np_stack_texts *texts) {
     const char *stack = np_str_cstr(&texts->detailed), *folded = np_str_cstr(&texts->folded);
     uint64_t hash = np_stack_texts_hash(texts); /* ingest hashed it once for all its launches */
     uintptr_t id = (uintptr_t)np_map_get_str_hashed(&o->stack_ids, stack, hash);
@@ -1030,6 +1057,7 @@ int np_output_close(struct np_output *o) {
     np_map_free(&o->merged_counts, NULL);
     np_map_free(&o->merged_ns, NULL);
     np_map_free(&o->stack_ids, NULL);
+    np_map_free(&o->ids_by_serial, NULL);
     np_map_free(&o->replays, free_replay_batch);
     np_map_free(&o->composed_ids, NULL);
     for (uint64_t id = 1; id < o->next_stack_id; id++)

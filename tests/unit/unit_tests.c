@@ -212,6 +212,12 @@ static void test_hashmap(void) {
     CHECK(np_map_get_str_hashed(&m, "k", np_hash_str("k")) == (void *)42);
     CHECK(np_map_put_str_hashed(&m, "long key", np_hash_str("long key"), (void *)43) == 0);
     CHECK(np_map_get_str(&m, "long key") == (void *)43);
+    void **slot = np_map_slot_str_hashed(&m, "new", np_hash_str("new"));
+    CHECK(slot && *slot == NULL);
+    *slot = (void *)44;
+    CHECK(np_map_get_str(&m, "new") == (void *)44);
+    slot = np_map_slot_str_hashed(&m, "k", np_hash_str("k"));
+    CHECK(slot && *slot == (void *)42);
     CHECK(np_map_get_u64(&m, 0) == NULL);
     np_map_free(&m, NULL);
 }
