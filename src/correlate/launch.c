@@ -86,7 +86,22 @@ const char *np_launch_kernel_name(const struct np_kernel_names *names, struct np
         if (from_stack)
             return from_stack;
     }
-    snprintf(buf, size, NP_KERNEL_UNNAMED_PREFIX "%" PRIx64 ">", l->func);
+    /* "<unnamed 0x...>", for every launch of such a kernel: not printf */
+    static const char digits[] = "0123456789abcdef";
+    char hex[17], *h = hex + sizeof(hex);
+    uint64_t v = l->func;
+    *--h = '\0';
+    do
+        *--h = digits[v & 15];
+    while (v >>= 4);
+    size_t plen = sizeof(NP_KERNEL_UNNAMED_PREFIX) - 1, hlen = (size_t)(hex + sizeof(hex) - 1 - h);
+    if (plen + hlen + 2 > size) {
+        snprintf(buf, size, NP_KERNEL_UNNAMED_PREFIX "%" PRIx64 ">", l->func);
+        return buf;
+    }
+    memcpy(buf, NP_KERNEL_UNNAMED_PREFIX, plen);
+    memcpy(buf + plen, h, hlen);
+    memcpy(buf + plen + hlen, ">", 2);
     return buf;
 }
 

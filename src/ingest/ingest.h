@@ -74,7 +74,22 @@ struct np_unwind_stats {
  * the writers that want more than names (pprof). */
 struct np_stack_texts {
     struct np_str folded, detailed, locations;
+    /* np_hash_str(detailed) when hashed_len == detailed.len + 1, else not
+     * known (0): ingest hashes each distinct stack once, not every launch;
+     * a frame appended afterwards changes the length, and so the hash is
+     * computed again where it is needed (np_stack_texts_hash). */
+    uint64_t detailed_hash;
+    size_t hashed_len;
+    /* With them: the serial number of the stack cache's entry these texts
+     * are (0: none). An entry never changes and a number is never reused,
+     * so equal serials mean equal texts (np_stack_texts_serial). */
+    uint64_t serial;
 };
+
+/* The hash of texts->detailed (np_hash_str), computed only when not known. */
+uint64_t np_stack_texts_hash(const struct np_stack_texts *texts);
+/* Their cache entry's serial number; 0 when none, or the texts were changed. */
+uint64_t np_stack_texts_serial(const struct np_stack_texts *texts);
 
 /* --python: Python frames merged into the native stack at the eval loop,
  * added beside the raw interpreter frames, or not walked at all. */

@@ -125,6 +125,16 @@ static void append_frame(struct np_str *out, const char *name) {
     np_str_append(out, name);
 }
 
+uint64_t np_stack_texts_hash(const struct np_stack_texts *texts) {
+    if (texts->hashed_len == texts->detailed.len + 1)
+        return texts->detailed_hash;
+    return np_hash_str(np_str_cstr(&texts->detailed));
+}
+
+uint64_t np_stack_texts_serial(const struct np_stack_texts *texts) {
+    return texts->hashed_len == texts->detailed.len + 1 ? texts->serial : 0;
+}
+
 /* The locations list: one JSON object per detailed frame. */
 void np_ingest_append_location(struct np_str *locations) {
     np_str_append(locations, locations->len ? ",{}" : "{}");
@@ -253,6 +263,9 @@ static void write_stack(struct np_ingest *ing, struct np_ingest_proc *t,
 struct cached_stack { /* one allocation: the key, then the three texts */
     size_t key_len;
     const char *folded, *detailed, *locations;
+    size_t flen, dlen, llen; /* their lengths */
+    uint64_t detailed_hash;  /* np_hash_str(detailed) */
+    uint64_t serial;         /* np_stack_texts.serial */
     uint8_t key[];
 };
 
@@ -272,6 +285,42 @@ static size_t stack_key(const struct stack_input *in, uint8_t *buf) {
     return n;
 }
 
+/* The hash of a stack key: four independent lanes of 8 bytes, so that the
+ * ~1 KiB key of a deep Python stack is not one long chain of multiplies
+ * (np_hash_bytes's) at every launch. Only for the cache's own map: the key
+ * is compared whole on a hit. */
+static uint64_t hash_key(const uint8_t *key, size_t len) {
+    const uint64_t m1 = 0x87c37b91114253d5ull, m2 = 0x4cf5ad432745937full;
+    uint64_t h0 = 0x9e3779b97f4a7c15ull ^ len, h1 = 0xc2b2ae3d27d4eb4full,
+             h2 = 0x165667b19e3779f9ull, h3 = 0x27d4eb2f165667c5ull;
+#define LANE(h, at)                                                                                \
+    do {                                                                                           \
+        uint64_t w;                                                                                \
+        memcpy(&w, key + (at), 8);                                                                 \
+        w *= m1;                                                                                   \
+        h = (h ^ ((w << 31) | (w >> 33))) * m2;                                                    \
+    } while (0)
+    size_t i = 0;
+    for (; i + 32 <= len; i += 32) {
+        LANE(h0, i);
+        LANE(h1, i + 8);
+        LANE(h2, i + 16);
+        LANE(h3, i + 24);
+    }
+#undef LANE
+    uint64_t h[4] = {h0, h1, h2, h3}, tail[4] = {0};
+    memcpy(tail, key + i, len - i);
+    uint64_t out = 0;
+    for (int j = 0; j < 4; j++) {
+        uint64_t x = (h[j] ^ tail[j] * m1) * m2;
+        x ^= x >> 33;
+        x *= 0xff51afd7ed558ccdull;
+        x ^= x >> 29;
+        out = (out ^ x) * 0xc4ceb9fe1a85ec53ull;
+    }
+    return out ^ (out >> 32);
+}
+
 #define MAX_KEY_BYTES                                                                              \
     (5 * sizeof(uintptr_t) + NP_UNWIND_MAX_FRAMES * 8 +                                            \
      NP_PY_MAX_FRAMES * sizeof(struct np_py_frame))
@@ -281,34 +330,43 @@ void np_ingest_proc_forget_stacks(struct np_ingest_proc *p) {
     np_map_free(&p->stack_texts, free);
 }
 
-static void remember_stack(struct np_ingest_proc *t, uint64_t hash, const uint8_t *key,
-                           size_t key_len, const struct np_stack_texts *texts) {
+/* Remembers texts under key; returns the entry's serial number (0: not
+ * remembered). Numbers count up for every process: never reused. */
+static uint64_t remember_stack(struct np_ingest_proc *t, uint64_t hash, const uint8_t *key,
+                               size_t key_len, const struct np_stack_texts *texts) {
+    static uint64_t last_serial; /* ingest runs on one thread */
     if (t->stack_texts.count >= STACK_CACHE_MAX)
         np_ingest_proc_forget_stacks(t);
     size_t flen = texts->folded.len + 1, dlen = texts->detailed.len + 1,
            llen = texts->locations.len + 1;
     struct cached_stack *c = malloc(sizeof(*c) + key_len + flen + dlen + llen);
     if (!c)
-        return;
+        return 0;
     char *folded = (char *)c->key + key_len, *detailed = folded + flen,
          *locations = detailed + dlen;
     memcpy(folded, np_str_cstr(&texts->folded), flen);
     memcpy(detailed, np_str_cstr(&texts->detailed), dlen);
     memcpy(locations, np_str_cstr(&texts->locations), llen);
     c->key_len = key_len;
+    c->flen = flen - 1;
+    c->dlen = dlen - 1;
+    c->llen = llen - 1;
+    c->detailed_hash = texts->detailed_hash;
+    c->serial = ++last_serial;
     c->folded = folded;
     c->detailed = detailed;
     c->locations = locations;
     memcpy(c->key, key, key_len);
     struct cached_stack *old = np_map_get_u64(&t->stack_texts, hash);
     if (old) /* a hash collision: the newer wins */
-        t->stack_text_bytes -= sizeof(*old) + old->key_len + strlen(old->folded) +
-                               strlen(old->detailed) + strlen(old->locations) + 3;
+        t->stack_text_bytes -= sizeof(*old) + old->key_len + old->flen + old->dlen + old->llen + 3;
     free(old);
-    if (np_map_put_u64(&t->stack_texts, hash, c) < 0)
+    if (np_map_put_u64(&t->stack_texts, hash, c) < 0) {
         free(c);
-    else
-        t->stack_text_bytes += sizeof(*c) + key_len + flen + dlen + llen;
+        return 0;
+    }
+    t->stack_text_bytes += sizeof(*c) + key_len + flen + dlen + llen;
+    return c->serial;
 }
 
 static void write_stack_cached(struct np_ingest *ing, struct np_ingest_proc *t,
@@ -319,20 +377,25 @@ static void write_stack_cached(struct np_ingest *ing, struct np_ingest_proc *t,
         return;
     }
     size_t key_len = stack_key(in, key);
-    uint64_t hash = np_hash_bytes(key, key_len);
+    uint64_t hash = hash_key(key, key_len);
     struct cached_stack *c = np_map_get_u64(&t->stack_texts, hash);
     if (c && c->key_len == key_len && memcmp(c->key, key, key_len) == 0) {
-        np_str_reset(&out->folded);
-        np_str_append(&out->folded, c->folded);
-        np_str_reset(&out->detailed);
-        np_str_append(&out->detailed, c->detailed);
-        np_str_reset(&out->locations);
-        np_str_append(&out->locations, c->locations);
+        /* read in place, not copied: the launch is handed on and done with
+         * before the cache can change (a later record, a library load) */
+        np_str_borrow(&out->folded, c->folded, c->flen);
+        np_str_borrow(&out->detailed, c->detailed, c->dlen);
+        np_str_borrow(&out->locations, c->locations, c->llen);
+        out->detailed_hash = c->detailed_hash;
+        out->hashed_len = c->dlen + 1;
+        out->serial = c->serial;
         return;
     }
     write_stack(ing, t, in, out);
-    if (!out->folded.failed && !out->detailed.failed && !out->locations.failed)
-        remember_stack(t, hash, key, key_len, out);
+    if (!out->folded.failed && !out->detailed.failed && !out->locations.failed) {
+        out->detailed_hash = np_hash_bytes(out->detailed.buf, out->detailed.len);
+        out->hashed_len = out->detailed.len + 1;
+        out->serial = remember_stack(t, hash, key, key_len, out);
+    }
 }
 
 static void count_unwind(struct np_unwind_stats *st, const struct np_unwind_result *r) {
@@ -369,6 +432,8 @@ void np_ingest_build_stack(struct np_ingest *ing, struct np_ingest_proc *t,
                            const struct np_launch_event *e, const char *entry_name,
                            struct np_stack_texts *out) {
     struct stack_input in = {.entry_name = entry_name};
+    out->hashed_len = 0; /* not known until a text is written */
+    out->serial = 0;
     if (e->flags & NP_LF_PY) {
         in.py = np_launch_py(e);
         in.n_py = e->n_py;

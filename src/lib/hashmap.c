@@ -132,15 +132,37 @@ int np_map_put_u64(struct np_map *m, uint64_t key, void *value) {
     return put(m, hash_u64(key), key, NULL, value);
 }
 
-void *np_map_get_str(const struct np_map *m, const char *key) {
+uint64_t np_hash_str(const char *key) {
+    return np_hash_bytes(key, strlen(key));
+}
+
+void *np_map_get_str_hashed(const struct np_map *m, const char *key, uint64_t hash) {
     if (!m->cap)
         return NULL;
-    struct np_map_entry *e = find_slot(m, np_hash_bytes(key, strlen(key)), 0, key);
+    struct np_map_entry *e = find_slot(m, hash, 0, key);
     return e->used ? e->value : NULL;
 }
 
+int np_map_put_str_hashed(struct np_map *m, const char *key, uint64_t hash, void *value) {
+    return put(m, hash, 0, key, value);
+}
+
+void **np_map_slot_str_hashed(struct np_map *m, const char *key, uint64_t hash) {
+    struct np_map_entry *e = m->cap ? find_slot(m, hash, 0, key) : NULL;
+    if (e && e->used)
+        return &e->value;
+    if (put(m, hash, 0, key, NULL) < 0)
+        return NULL;
+    e = find_slot(m, hash, 0, key);
+    return &e->value;
+}
+
+void *np_map_get_str(const struct np_map *m, const char *key) {
+    return np_map_get_str_hashed(m, key, np_hash_str(key));
+}
+
 int np_map_put_str(struct np_map *m, const char *key, void *value) {
-    return put(m, np_hash_bytes(key, strlen(key)), 0, key, value);
+    return put(m, np_hash_str(key), 0, key, value);
 }
 
 /* Is slot j's entry (home slot `home`) still reachable if slot `hole`

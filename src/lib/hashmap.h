@@ -36,8 +36,19 @@ void *np_map_get_str(const struct np_map *m, const char *key);
 /* Inserts or replaces (the key is copied); -ENOMEM. */
 int np_map_put_str(struct np_map *m, const char *key, void *value);
 
+/* The same with the key's hash known already (np_hash_str of it, the hash
+ * the calls above compute): a long key hashed once for several maps or
+ * lookups. */
+void *np_map_get_str_hashed(const struct np_map *m, const char *key, uint64_t hash);
+int np_map_put_str_hashed(struct np_map *m, const char *key, uint64_t hash, void *value);
+/* The value slot of key, added (holding NULL) when missing: one lookup to
+ * read and update a value. NULL without memory for a new key. */
+void **np_map_slot_str_hashed(struct np_map *m, const char *key, uint64_t hash);
+
 /* Iteration: for (size_t i = 0; i < m->cap; i++) if (m->slots[i].used) ... */
 
 uint64_t np_hash_bytes(const void *data, size_t len);
+/* np_hash_bytes of a string without its NUL: a string key's hash. */
+uint64_t np_hash_str(const char *key);
 
 #endif

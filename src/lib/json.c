@@ -42,6 +42,13 @@ void np_json_string(struct np_str *out, const char *s) {
 
     np_str_append(out, "\"");
     while (*p) {
+        const unsigned char *run = p; /* printable ASCII, copied as one piece */
+        while (*p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\')
+            p++;
+        if (p > run)
+            np_str_append_n(out, (const char *)run, (size_t)(p - run));
+        if (!*p)
+            break;
         size_t n = utf8_seq_len(p);
         if (n == 0) {
             np_str_append(out, "\\ufffd");

@@ -92,31 +92,54 @@ int np_recfile_flush(struct np_recfile *f) {
     return f->error;
 }
 
+/* Room for len more bytes in the buffer; false when there is none (the
+ * file is cut: the caller counts its records). */
+static bool make_room(struct np_recfile *f, size_t len) {
+    if (f->error)
+        return false;
+    if (f->len + len <= f->cap)
+        return true;
+    size_t cap = f->cap ? f->cap : FLUSH_AT * 2;
+    while (cap < f->len + len)
+        cap *= 2;
+    char *buf = realloc(f->buf, cap);
+    if (buf) {
+        f->buf = buf;
+        f->cap = cap;
+        return true;
+    }
+    np_recfile_flush(f);
+    if (!f->error && f->len + len <= f->cap)
+        return true;
+    if (!f->error)
+        np_recfile_cut(f, -ENOMEM);
+    return false;
+}
+
 void np_recfile_append(struct np_recfile *f, const char *text, size_t len) {
-    if (f->error) {
+    if (!make_room(f, len)) {
         f->records_cut += count_records(text, len);
         return;
     }
-    if (f->len + len > f->cap) {
-        size_t cap = f->cap ? f->cap : FLUSH_AT * 2;
-        while (cap < f->len + len)
-            cap *= 2;
-        char *buf = realloc(f->buf, cap);
-        if (!buf) {
-            np_recfile_flush(f);
-            if (!f->error && len <= f->cap) {
-                np_recfile_append(f, text, len);
-                return;
-            }
-            f->records_cut += count_records(text, len);
-            np_recfile_cut(f, -ENOMEM);
-            return;
-        }
-        f->buf = buf;
-        f->cap = cap;
-    }
     memcpy(f->buf + f->len, text, len);
     f->len += len;
+    if (f->len >= FLUSH_AT)
+        np_recfile_flush(f);
+}
+
+void np_recfile_append_parts(struct np_recfile *f, const struct np_recpart *parts, size_t n) {
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++)
+        len += parts[i].len;
+    if (!make_room(f, len)) {
+        for (size_t i = 0; i < n; i++)
+            f->records_cut += count_records(parts[i].text, parts[i].len);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        memcpy(f->buf + f->len, parts[i].text, parts[i].len);
+        f->len += parts[i].len;
+    }
     if (f->len >= FLUSH_AT)
         np_recfile_flush(f);
 }

@@ -20,6 +20,13 @@ int np_recfile_open(const char *path, struct np_recfile **out);
 /* Appends one or more whole records (text ending in '\n'). Never fails:
  * an error cuts the file (np_recfile_error says which). */
 void np_recfile_append(struct np_recfile *f, const char *text, size_t len);
+/* The same with the text in pieces, copied straight into the buffer: a
+ * record made of long parts is not put together first. */
+struct np_recpart {
+    const char *text;
+    size_t len;
+};
+void np_recfile_append_parts(struct np_recfile *f, const struct np_recpart *parts, size_t n);
 /* Writes what is buffered; returns the error that cut the file, or 0. */
 int np_recfile_flush(struct np_recfile *f);
 /* Stops writing: what is buffered is dropped and counted (used to cut every

@@ -107,16 +107,32 @@ void np_str_init(struct np_str *s) {
     memset(s, 0, sizeof(*s));
 }
 
+static bool borrowed(const struct np_str *s) {
+    return s->buf && !s->cap;
+}
+
 void np_str_free(struct np_str *s) {
-    free(s->buf);
+    if (!borrowed(s))
+        free(s->buf);
     np_str_init(s);
 }
 
 void np_str_reset(struct np_str *s) {
     s->len = 0;
     s->failed = false;
-    if (s->buf)
+    if (borrowed(s))
+        s->buf = NULL; /* let go of the text: never written */
+    else if (s->buf)
         s->buf[0] = '\0';
+}
+
+void np_str_borrow(struct np_str *s, const char *text, size_t len) {
+    if (!borrowed(s))
+        free(s->buf);
+    s->buf = (char *)text; /* cap 0: never written, never freed */
+    s->len = len;
+    s->cap = 0;
+    s->failed = false;
 }
 
 static bool np_str_reserve(struct np_str *s, size_t extra) {
@@ -125,7 +141,14 @@ static bool np_str_reserve(struct np_str *s, size_t extra) {
     size_t cap = s->cap ? s->cap : 64;
     while (cap < s->len + extra + 1)
         cap *= 2;
-    char *buf = realloc(s->buf, cap);
+    char *buf;
+    if (borrowed(s)) { /* the first change of a borrowed text: a copy of its own */
+        buf = malloc(cap);
+        if (buf)
+            memcpy(buf, s->buf, s->len + 1);
+    } else {
+        buf = realloc(s->buf, cap);
+    }
     if (!buf) {
         s->failed = true;
         return false;
@@ -135,12 +158,51 @@ static bool np_str_reserve(struct np_str *s, size_t extra) {
     return true;
 }
 
-void np_str_append_n(struct np_str *s, const char *text, size_t n) {
+void np_str_append_n_slow(struct np_str *s, const char *text, size_t n) {
     if (!np_str_reserve(s, n))
         return;
     memcpy(s->buf + s->len, text, n);
     s->len += n;
     s->buf[s->len] = '\0';
+}
+
+void np_str_append_u64(struct np_str *s, uint64_t v) {
+    static const char pairs[] =
+        "00010203040506070809101112131415161718192021222324252627282930313233"
+        "34353637383940414243444546474849505152535455565758596061626364656667"
+        "6869707172737475767778798081828384858687888990919293949596979899";
+    char buf[20], *p = buf + sizeof(buf);
+    while (v >= 100) { /* two digits a step */
+        unsigned d = (unsigned)(v % 100);
+        v /= 100;
+        p -= 2;
+        memcpy(p, pairs + 2 * d, 2);
+    }
+    if (v >= 10) {
+        p -= 2;
+        memcpy(p, pairs + 2 * v, 2);
+    } else {
+        *--p = (char)('0' + v);
+    }
+    np_str_append_n(s, p, (size_t)(buf + sizeof(buf) - p));
+}
+
+void np_str_append_i64(struct np_str *s, int64_t v) {
+    if (v < 0) {
+        np_str_append_n(s, "-", 1);
+        np_str_append_u64(s, (uint64_t)0 - (uint64_t)v);
+        return;
+    }
+    np_str_append_u64(s, (uint64_t)v);
+}
+
+void np_str_append_hex(struct np_str *s, uint64_t v) {
+    static const char digits[] = "0123456789abcdef";
+    char buf[16], *p = buf + sizeof(buf);
+    do
+        *--p = digits[v & 15];
+    while (v >>= 4);
+    np_str_append_n(s, p, (size_t)(buf + sizeof(buf) - p));
 }
 
 void np_str_append(struct np_str *s, const char *text) {
@@ -162,7 +224,7 @@ void np_str_appendf(struct np_str *s, const char *fmt, ...) {
         return;
     }
     if (!np_str_reserve(s, (size_t)n)) {
-        if (s->buf)
+        if (s->buf && !borrowed(s))
             s->buf[s->len] = '\0'; /* undo the truncated attempt */
         return;
     }

@@ -37,7 +37,9 @@ long np_perf_event_max_stack(void);
 #define np_debug(...) np_log(NP_LOG_DEBUG, __VA_ARGS__)
 
 /* A growable, always NUL-terminated string. A failed allocation latches
- * `failed`; the string keeps what fitted. */
+ * `failed`; the string keeps what fitted. A string can also borrow text it
+ * does not own (np_str_borrow: cap 0, buf set): it is read in place, and
+ * copied into a buffer of its own at the first change. */
 struct np_str {
     char *buf;
     size_t len;
@@ -49,8 +51,25 @@ void np_str_init(struct np_str *s);
 void np_str_free(struct np_str *s);
 void np_str_reset(struct np_str *s);
 void np_str_append(struct np_str *s, const char *text);
-void np_str_append_n(struct np_str *s, const char *text, size_t n);
+void np_str_append_n_slow(struct np_str *s, const char *text, size_t n);
+static inline void np_str_append_n(struct np_str *s, const char *text, size_t n) {
+    if (s->len + n + 1 > s->cap) { /* also: a borrowed text, and no buffer yet */
+        np_str_append_n_slow(s, text, n);
+        return;
+    }
+    __builtin_memcpy(s->buf + s->len, text, n);
+    s->len += n;
+    s->buf[s->len] = '\0';
+}
+/* s reads text[0..len] (NUL-terminated) in place, until it is changed or
+ * reset; text must outlive that. s's own buffer is freed. */
+void np_str_borrow(struct np_str *s, const char *text, size_t len);
 void np_str_appendf(struct np_str *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The hot writers' number formatting, without printf: decimal ("%" PRIu64,
+ * "%" PRId64) and lower-case hex without a prefix ("%" PRIx64). */
+void np_str_append_u64(struct np_str *s, uint64_t v);
+void np_str_append_i64(struct np_str *s, int64_t v);
+void np_str_append_hex(struct np_str *s, uint64_t v);
 const char *np_str_cstr(const struct np_str *s);
 
 /* Copies `in` into `out` (at most out_size bytes incl. NUL) keeping only

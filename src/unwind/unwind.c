@@ -28,9 +28,18 @@ struct cfa_rule {
     int32_t cfa_off, ra_off, rbp_off;
 };
 
+/* The rules of the PCs seen last, by a few bits of the PC, in front of the
+ * map: a deep stack looks up a rule per frame at every launch. Rules are
+ * never freed before the unwinder, so an entry stays valid. */
+#define RECENT_RULES 1024
+
 struct np_unwinder {
     struct np_symbolizer *sym;
     struct np_map rules; /* pc -> struct cfa_rule * */
+    struct {
+        uint64_t pc;
+        const struct cfa_rule *rule;
+    } recent[RECENT_RULES];
 };
 
 struct np_unwinder *np_unwinder_new(struct np_symbolizer *sym) {
@@ -131,9 +140,15 @@ static void derive_rule(struct np_unwinder *u, uint64_t pc, struct cfa_rule *r) 
 
 static const struct cfa_rule *rule_for(struct np_unwinder *u, uint64_t pc) {
     static const struct cfa_rule no_memory = {.status = RULE_COMPLEX};
+    size_t slot = (size_t)(pc ^ (pc >> 10)) & (RECENT_RULES - 1);
+    if (u->recent[slot].rule && u->recent[slot].pc == pc)
+        return u->recent[slot].rule;
     struct cfa_rule *r = np_map_get_u64(&u->rules, pc);
-    if (r)
+    if (r) {
+        u->recent[slot].pc = pc;
+        u->recent[slot].rule = r;
         return r;
+    }
     r = malloc(sizeof(*r));
     if (!r)
         return &no_memory;
@@ -144,6 +159,9 @@ static const struct cfa_rule *rule_for(struct np_unwinder *u, uint64_t pc) {
     }
     return r;
 }
+
+/* How much of a stack copy is prefetched before it is walked. */
+#define PREFETCH_BYTES 4096
 
 /* The copied stack, addressed by the target's own addresses. */
 struct stack_copy {
@@ -198,7 +216,17 @@ void np_unwind(struct np_unwinder *u, const struct np_launch_event *e, bool fp_f
     struct stack_copy copy = {e->sp, np_launch_stack(e), e->stack_len};
     struct regs r = {np_launch_ips(e)[0], e->sp, e->bp, true};
 
-    memset(out, 0, sizeof(*out));
+    /* pcs[] past n is never read: not cleared (4 KiB at every launch) */
+    out->n = 0;
+    out->end = NP_UNWIND_COMPLETE;
+    out->bytes_used = 0;
+    out->fp_fallbacks = 0;
+    /* The copy was written by BPF on another CPU and is read here for the
+     * first time: the walk below waits on a cache miss at almost every
+     * frame. Asking for the lines it will read first overlaps those waits
+     * (it reads upwards from sp; the first few KiB hold most frames). */
+    for (uint64_t off = 0; off < copy.len && off < PREFETCH_BYTES; off += 64)
+        __builtin_prefetch(copy.bytes + off);
     out->pcs[out->n++] = r.pc;
     for (;;) {
         if (out->n == NP_UNWIND_MAX_FRAMES) {

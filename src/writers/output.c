@@ -29,6 +29,10 @@
 
 #define RESERVE_BASE (128u << 10) /* summary.json and the files' overhead */
 
+/* A string literal appended without strlen: the per-launch lines are built
+ * without printf (formatting them was a quarter of the reader's time). */
+#define APPEND_LIT(s, lit) np_str_append_n((s), "" lit, sizeof(lit) - 1)
+
 enum stream { EXT_FOLDED, LAUNCHES_JSONL, NCCL_JSONL, STACKS_JSONL, GPU_UNMATCHED, NSTREAMS };
 
 static const char *const stream_names[NSTREAMS] = {
@@ -52,13 +56,16 @@ struct np_output {
     struct np_map merged_counts; /* "stack_id;leaf" -> (uintptr_t) count (merged.folded) */
     struct np_map merged_ns;     /* "stack_id;leaf" -> (uintptr_t) GPU ns (merged.gpu_ns) */
     struct np_map stack_ids;     /* stack -> (uintptr_t) id */
+    struct np_map ids_by_serial; /* a cached stack's serial -> (uintptr_t) id: found
+                                  * without comparing its text (np_stack_texts_serial) */
     struct np_map replays;       /* "nodes id:stack id" -> struct replay_batch * */
     struct np_map composed_ids;  /* hash of (replay stack id, capture stack) -> the id of
                                   * replay;API;[graph capture];capture: composed once */
     char **stacks;               /* stacks[id - 1]: the folded stack of an id */
+    size_t *stack_lens;          /* ... and its length */
     uint64_t next_stack_id;
     struct np_output_totals totals;
-    struct np_str line, ext; /* reused line buffers */
+    struct np_str line, prefix; /* reused line buffers */
     int first_error;
 };
 
@@ -189,10 +196,11 @@ int np_output_open_flags(const char *dir, unsigned flags, struct np_output **out
     np_map_init(&o->merged_counts);
     np_map_init(&o->merged_ns);
     np_map_init(&o->stack_ids);
+    np_map_init(&o->ids_by_serial);
     np_map_init(&o->replays);
     np_map_init(&o->composed_ids);
     np_str_init(&o->line);
-    np_str_init(&o->ext);
+    np_str_init(&o->prefix);
     o->next_stack_id = 1;
     o->aggregate_only = flags & NP_OUTPUT_AGGREGATE;
     if (!o->aggregate_only)
@@ -240,14 +248,18 @@ static void write_line(struct np_output *o, enum stream which, const struct np_s
 /* The length of the stack text of an aggregate key "ID;LEAF". */
 static size_t key_stack_len(const struct np_output *o, const char *key) {
     uint64_t id = strtoull(key, NULL, 10);
-    return id >= 1 && id < o->next_stack_id ? strlen(o->stacks[id - 1]) : 20;
+    return id >= 1 && id < o->next_stack_id ? o->stack_lens[id - 1] : 20;
 }
 
 static void add_to(struct np_output *o, struct np_map *m, const char *key, uint64_t n) {
-    uintptr_t v = (uintptr_t)np_map_get_str(m, key);
-    if (np_map_put_str(m, key, (void *)(v + (uintptr_t)n)) < 0)
+    void **slot = np_map_slot_str_hashed(m, key, np_hash_str(key));
+    if (!slot) {
         note_error(o, -ENOMEM);
-    else if (!v && n) /* a new line of an aggregate file: stack;leaf count */
+        return;
+    }
+    uintptr_t v = (uintptr_t)*slot;
+    *slot = (void *)(v + (uintptr_t)n);
+    if (!v && n) /* a new line of an aggregate file: stack;leaf count */
         aggregates_grew(o, key_stack_len(o, key) + strlen(key) + 24);
 }
 
@@ -257,23 +269,49 @@ static void bump(struct np_output *o, struct np_map *m, const char *key) {
 
 /* The id of a (detailed) stack in stacks.jsonl; written there the first
  * time, with its locations, and its folded form kept for launches.folded. */
+static uint64_t stack_id_of_text(struct np_output *o, const struct np_stack_texts *texts);
+
+/* Bounded: a memo, started over when full. */
+#define IDS_BY_SERIAL_MAX 65536
+
 static uint64_t stack_id(struct np_output *o, const struct np_stack_texts *texts) {
+    uint64_t serial = np_stack_texts_serial(texts);
+    uintptr_t id = serial ? (uintptr_t)np_map_get_u64(&o->ids_by_serial, serial) : 0;
+    if (id)
+        return id;
+    id = stack_id_of_text(o, texts);
+    if (id && serial) {
+        if (o->ids_by_serial.count >= IDS_BY_SERIAL_MAX) {
+            np_map_free(&o->ids_by_serial, NULL);
+            np_map_init(&o->ids_by_serial);
+        }
+        np_map_put_u64(&o->ids_by_serial, serial, (void *)id); /* a memo: may fail */
+    }
+    return id;
+}
+
+static uint64_t stack_id_of_text(struct np_output *o, const struct np_stack_texts *texts) {
     const char *stack = np_str_cstr(&texts->detailed), *folded = np_str_cstr(&texts->folded);
-    uintptr_t id = (uintptr_t)np_map_get_str(&o->stack_ids, stack);
+    uint64_t hash = np_stack_texts_hash(texts); /* ingest hashed it once for all its launches */
+    uintptr_t id = (uintptr_t)np_map_get_str_hashed(&o->stack_ids, stack, hash);
     if (id)
         return id;
     char **stacks = realloc(o->stacks, o->next_stack_id * sizeof(*stacks));
+    if (stacks)
+        o->stacks = stacks;
+    size_t *lens = realloc(o->stack_lens, o->next_stack_id * sizeof(*lens));
+    if (lens)
+        o->stack_lens = lens;
     char *copy = strdup(folded);
-    if (!stacks || !copy || np_map_put_str(&o->stack_ids, stack, (void *)o->next_stack_id) < 0) {
-        if (stacks)
-            o->stacks = stacks;
+    if (!stacks || !lens || !copy ||
+        np_map_put_str_hashed(&o->stack_ids, stack, hash, (void *)o->next_stack_id) < 0) {
         free(copy);
         note_error(o, -ENOMEM);
         return 0;
     }
-    o->stacks = stacks;
     id = o->next_stack_id++;
     o->stacks[id - 1] = copy;
+    o->stack_lens[id - 1] = texts->folded.len;
     struct np_str line;
     np_str_init(&line);
     np_str_appendf(&line, "{\"" NP_KEY_STACK_ID "\":%" PRIuPTR ",\"" NP_KEY_FRAMES "\":[", id);
@@ -304,14 +342,21 @@ static uint64_t stack_id(struct np_output *o, const struct np_stack_texts *texts
  * "thread" in nccl.jsonl, where "comm" is the communicator). */
 static void json_common(struct np_str *s, const struct np_launch *l, const char *thread_key) {
     const struct np_launch_event *e = l->ev;
-    np_str_appendf(
-        s, "{\"" NP_KEY_TS_NS "\":%" PRIu64 ",\"" NP_KEY_PID "\":%u,\"" NP_KEY_TID "\":%u,\"%s\":",
-        (uint64_t)e->hdr.ts_ns, e->hdr.pid, e->hdr.tid, thread_key);
+    APPEND_LIT(s, "{\"" NP_KEY_TS_NS "\":");
+    np_str_append_u64(s, e->hdr.ts_ns);
+    APPEND_LIT(s, ",\"" NP_KEY_PID "\":");
+    np_str_append_u64(s, e->hdr.pid);
+    APPEND_LIT(s, ",\"" NP_KEY_TID "\":");
+    np_str_append_u64(s, e->hdr.tid);
+    APPEND_LIT(s, ",\"");
+    np_str_append(s, thread_key);
+    APPEND_LIT(s, "\":");
     char comm[NP_COMM_LEN + 1];
     memcpy(comm, e->comm, NP_COMM_LEN);
     comm[NP_COMM_LEN] = '\0';
     np_json_string(s, comm);
-    np_str_appendf(s, ",\"cpu\":%u", e->cpu);
+    APPEND_LIT(s, ",\"cpu\":");
+    np_str_append_u64(s, e->cpu);
 }
 
 /* ,"comm_hash":"0x..","rank":R,"nranks":N,"cuda_dev":D - null when unknown */
@@ -378,23 +423,42 @@ static void render_launch_json(struct np_str *s, const struct np_launch *l, cons
                                uint64_t sid) {
     np_str_reset(s);
     json_common(s, l, "comm");
-    np_str_append(s, ",\"" NP_KEY_API "\":");
+    APPEND_LIT(s, ",\"" NP_KEY_API "\":");
     np_json_string(s, l->def->api);
-    np_str_appendf(s, ",\"probe_id\":%u", l->ev->called_as);
-    np_str_append(s, ",\"" NP_KEY_KERNEL "\":");
+    APPEND_LIT(s, ",\"probe_id\":");
+    np_str_append_u64(s, l->ev->called_as);
+    APPEND_LIT(s, ",\"" NP_KEY_KERNEL "\":");
     if (kernel)
         np_json_string(s, kernel);
     else
         np_str_append_n(s, &(char){NP_GPU_KERNEL_SLOT}, 1);
-    np_str_appendf(s, ",\"func\":\"0x%" PRIx64 "\"", l->func);
-    if (l->has_dims)
-        np_str_appendf(s, ",\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"shmem\":%" PRIu64,
-                       l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2],
-                       l->shmem);
-    np_str_appendf(s,
-                   ",\"" NP_KEY_STREAM "\":\"0x%" PRIx64 "\",\"" NP_KEY_NESTED
-                   "\":%s,\"" NP_KEY_STACK_ID "\":%" PRIu64,
-                   l->stream, l->nested ? "true" : "false", sid);
+    APPEND_LIT(s, ",\"func\":\"0x");
+    np_str_append_hex(s, l->func);
+    if (l->has_dims) {
+        APPEND_LIT(s, "\",\"grid\":[");
+        for (int i = 0; i < 3; i++) {
+            np_str_append_u64(s, l->grid[i]);
+            if (i < 2)
+                APPEND_LIT(s, ",");
+        }
+        APPEND_LIT(s, "],\"block\":[");
+        for (int i = 0; i < 3; i++) {
+            np_str_append_u64(s, l->block[i]);
+            if (i < 2)
+                APPEND_LIT(s, ",");
+        }
+        APPEND_LIT(s, "],\"shmem\":");
+        np_str_append_u64(s, l->shmem);
+        APPEND_LIT(s, ",\"" NP_KEY_STREAM "\":\"0x");
+    } else {
+        APPEND_LIT(s, "\",\"" NP_KEY_STREAM "\":\"0x");
+    }
+    np_str_append_hex(s, l->stream);
+    if (l->nested)
+        APPEND_LIT(s, "\",\"" NP_KEY_NESTED "\":true,\"" NP_KEY_STACK_ID "\":");
+    else
+        APPEND_LIT(s, "\",\"" NP_KEY_NESTED "\":false,\"" NP_KEY_STACK_ID "\":");
+    np_str_append_u64(s, sid);
     if (l->def->layout == NP_LAYOUT_NCCL_LAUNCH)
         nccl_launch_json(s, l);
 }
@@ -407,8 +471,16 @@ static void render_ext_prefix(struct np_str *s, const struct np_launch *l) {
     char safe[NP_COMM_LEN * 2];
     np_output_safe_comm(safe, sizeof(safe), comm);
     np_str_reset(s);
-    np_str_appendf(s, "%" PRIu64 " %s %u %u %u ", (uint64_t)l->ev->hdr.ts_ns, safe, l->ev->hdr.pid,
-                   l->ev->hdr.tid, l->ev->cpu);
+    np_str_append_u64(s, l->ev->hdr.ts_ns);
+    APPEND_LIT(s, " ");
+    np_str_append(s, safe);
+    APPEND_LIT(s, " ");
+    np_str_append_u64(s, l->ev->hdr.pid);
+    APPEND_LIT(s, " ");
+    np_str_append_u64(s, l->ev->hdr.tid);
+    APPEND_LIT(s, " ");
+    np_str_append_u64(s, l->ev->cpu);
+    APPEND_LIT(s, " ");
 }
 
 /* One more GPU leaf under a stack in merged.folded / merged.gpu_ns.folded. */
@@ -416,7 +488,9 @@ static void add_merged(struct np_output *o, uint64_t sid, const char *leaf, uint
                        bool timed) {
     struct np_str *s = &o->line;
     np_str_reset(s);
-    np_str_appendf(s, "%" PRIu64 ";%s", sid, leaf);
+    np_str_append_u64(s, sid);
+    APPEND_LIT(s, ";");
+    np_str_append(s, leaf);
     bump(o, &o->merged_counts, np_str_cstr(s));
     if (timed)
         add_to(o, &o->merged_ns, np_str_cstr(s), ns);
@@ -427,20 +501,32 @@ static void add_merged(struct np_output *o, uint64_t sid, const char *leaf, uint
 /* The launch's stacks.ext.folded line: "PREFIX stack;[GPU_Kernel]leaf". */
 static void write_ext_line(struct np_output *o, uint64_t sid, const char *ext_prefix,
                            const char *leaf) {
-    const char *stack = sid >= 1 && sid < o->next_stack_id ? o->stacks[sid - 1] : "";
-    struct np_str *line = &o->ext;
-    np_str_reset(line);
-    np_str_append(line, ext_prefix);
-    np_str_append(line, stack); /* long: copied, not formatted */
-    np_str_appendf(line, "%s" NP_LEAF_KERNEL "%s\n", *stack ? ";" : "", leaf);
-    write_line(o, EXT_FOLDED, line);
+    bool known = sid >= 1 && sid < o->next_stack_id;
+    const char *stack = known ? o->stacks[sid - 1] : "";
+    size_t stack_len = known ? o->stack_lens[sid - 1] : 0;
+    /* the stack is long: copied once, into the file's buffer */
+    struct np_recpart parts[] = {
+        {ext_prefix, strlen(ext_prefix)},
+        {stack, stack_len},
+        {stack_len ? ";" NP_LEAF_KERNEL : NP_LEAF_KERNEL,
+         stack_len ? sizeof(";" NP_LEAF_KERNEL) - 1 : sizeof(NP_LEAF_KERNEL) - 1},
+        {leaf, strlen(leaf)},
+        {"\n", 1},
+    };
+    struct np_recfile *f = o->streams[EXT_FOLDED];
+    if (!f) /* aggregate only */
+        return;
+    np_recfile_append_parts(f, parts, NP_ARRAY_SIZE(parts));
+    check_cut(o, f);
 }
 
 /* n runs of kernel `leaf` under stack sid: launches.folded and the counts by kernel. */
 static void count_kernel_runs(struct np_output *o, uint64_t sid, const char *leaf, uint64_t n) {
     struct np_str *s = &o->line;
     np_str_reset(s);
-    np_str_appendf(s, "%" PRIu64 ";%s", sid, leaf); /* the stack by id: a short key */
+    np_str_append_u64(s, sid); /* the stack by id: a short key */
+    APPEND_LIT(s, ";");
+    np_str_append(s, leaf);
     add_to(o, &o->folded_counts, np_str_cstr(s), n);
     add_to(o, &o->kernel_counts, leaf, n);
 }
@@ -468,14 +554,15 @@ static void write_launch_json(struct np_output *o, const struct np_launch *l, co
  * side's name: no GPU records will come). */
 static void count_written_launch(struct np_output *o, const struct np_launch *l, uint64_t sid,
                                  const char *kernel) {
-    struct np_str prefix;
-    np_str_init(&prefix);
-    render_ext_prefix(&prefix, l);
-    count_launch(o, sid, np_str_cstr(&prefix), kernel);
-    np_str_free(&prefix);
-    char leaf[1024], merged_leaf[1100];
-    np_sanitize_frame(leaf, sizeof(leaf), kernel, false);
-    snprintf(merged_leaf, sizeof(merged_leaf), NP_LEAF_KERNEL "%s", leaf);
+    render_ext_prefix(&o->prefix, l);
+    o->totals.launches++;
+    /* "[GPU_Kernel]leaf" for merged.folded, the bare leaf after its marker */
+    char merged_leaf[sizeof(NP_LEAF_KERNEL) - 1 + 1024];
+    char *leaf = merged_leaf + sizeof(NP_LEAF_KERNEL) - 1;
+    memcpy(merged_leaf, NP_LEAF_KERNEL, sizeof(NP_LEAF_KERNEL) - 1);
+    np_sanitize_frame(leaf, 1024, kernel, false);
+    count_kernel_runs(o, sid, leaf, 1);
+    write_ext_line(o, sid, np_str_cstr(&o->prefix), leaf);
     add_merged(o, sid, merged_leaf, 0, false);
 }
 
@@ -624,7 +711,7 @@ static void expand_replays(struct np_output *o) {
     FILE *f = o->aggregate_only || !o->dir
                   ? NULL
                   : open_in(o->dir, NP_REC_GRAPH_REPLAYS_JSONL, &o->first_error);
-    struct np_stack_texts composed;
+    struct np_stack_texts composed = {0};
     np_str_init(&composed.folded);
     np_str_init(&composed.detailed);
     np_str_init(&composed.locations);
@@ -730,7 +817,7 @@ static void append_named_json(struct np_str *s, const char *json, const char *ke
 static uint32_t replay_stacks(struct np_output *o, const struct np_gpu_launch *gl,
                               const struct np_output_replay *replay, uint64_t *capture_sid) {
     uint32_t tied = 0;
-    struct np_stack_texts composed;
+    struct np_stack_texts composed = {0};
     np_str_init(&composed.folded);
     np_str_init(&composed.detailed);
     np_str_init(&composed.locations);
@@ -970,13 +1057,15 @@ int np_output_close(struct np_output *o) {
     np_map_free(&o->merged_counts, NULL);
     np_map_free(&o->merged_ns, NULL);
     np_map_free(&o->stack_ids, NULL);
+    np_map_free(&o->ids_by_serial, NULL);
     np_map_free(&o->replays, free_replay_batch);
     np_map_free(&o->composed_ids, NULL);
     for (uint64_t id = 1; id < o->next_stack_id; id++)
         free(o->stacks[id - 1]);
     free(o->stacks);
+    free(o->stack_lens);
     np_str_free(&o->line);
-    np_str_free(&o->ext);
+    np_str_free(&o->prefix);
     free(o->dir);
     free(o);
     return err;

@@ -6,6 +6,7 @@
  * per-communicator totals. Prints "N passed, N failed" and exits non-zero
  * on any failure. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +129,74 @@ static void test_json(void) {
     free(clean);
 }
 
+/* The writers' number formatting without printf, and borrowed strings. */
+static void test_str(void) {
+    static const uint64_t vals[] = {0,
+                                    1,
+                                    9,
+                                    10,
+                                    15,
+                                    16,
+                                    255,
+                                    4096,
+                                    123456789,
+                                    0x7fffffffffffffffull,
+                                    0x8000000000000000ull,
+                                    UINT64_MAX};
+    int ok = 1;
+    for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); i++) {
+        char want[100];
+        struct np_str s;
+        np_str_init(&s);
+        np_str_append(&s, "x");
+        np_str_append_u64(&s, vals[i]);
+        np_str_append_n(&s, "|", 1);
+        np_str_append_hex(&s, vals[i]);
+        np_str_append_n(&s, "|", 1);
+        np_str_append_i64(&s, (int64_t)vals[i]);
+        np_str_append_n(&s, "|", 1);
+        np_str_append_i64(&s, -(int64_t)(vals[i] & 0xffff));
+        snprintf(want, sizeof(want), "x%" PRIu64 "|%" PRIx64 "|%" PRId64 "|%" PRId64, vals[i],
+                 vals[i], (int64_t)vals[i], -(int64_t)(vals[i] & 0xffff));
+        ok &= strcmp(np_str_cstr(&s), want) == 0 && s.len == strlen(want);
+        np_str_free(&s);
+    }
+    CHECK(ok);
+
+    /* borrowed: read in place; copied at the first change; never written or freed */
+    static const char text[] = "main;f;g";
+    struct np_str b;
+    np_str_init(&b);
+    np_str_append(&b, "own buffer, freed by the borrow");
+    np_str_borrow(&b, text, strlen(text));
+    CHECK(np_str_cstr(&b) == text && b.len == strlen(text));
+    np_str_append(&b, ";h");
+    check_str(np_str_cstr(&b), "main;f;g;h", "borrowed, then appended");
+    check_str(text, "main;f;g", "the borrowed text is untouched");
+    np_str_borrow(&b, text, strlen(text));
+    np_str_appendf(&b, ";%d", 7);
+    check_str(np_str_cstr(&b), "main;f;g;7", "borrowed, then appendf");
+    np_str_borrow(&b, text, strlen(text));
+    np_str_reset(&b);
+    CHECK(b.len == 0 && np_str_cstr(&b)[0] == '\0');
+    check_str(text, "main;f;g", "a reset does not write the borrowed text");
+    np_str_append(&b, "new");
+    check_str(np_str_cstr(&b), "new", "a reset borrowed string takes new text");
+    np_str_borrow(&b, text, strlen(text));
+    np_str_free(&b); /* does not free text */
+    CHECK(b.buf == NULL);
+
+    /* a stack's hash: known once computed, recomputed after a frame is appended */
+    struct np_stack_texts t = {0};
+    np_str_append(&t.detailed, "a;b");
+    t.detailed_hash = np_hash_str("a;b");
+    t.hashed_len = t.detailed.len + 1;
+    CHECK(np_stack_texts_hash(&t) == np_hash_str("a;b"));
+    np_str_append(&t.detailed, ";c");
+    CHECK(np_stack_texts_hash(&t) == np_hash_str("a;b;c"));
+    np_str_free(&t.detailed);
+}
+
 static void test_hashmap(void) {
     struct np_map m;
     np_map_init(&m);
@@ -140,6 +209,15 @@ static void test_hashmap(void) {
     CHECK(np_map_get_u64(&m, 3) == NULL);
     CHECK(np_map_put_str(&m, "k", (void *)42) == 0);
     CHECK(np_map_get_str(&m, "k") == (void *)42);
+    CHECK(np_map_get_str_hashed(&m, "k", np_hash_str("k")) == (void *)42);
+    CHECK(np_map_put_str_hashed(&m, "long key", np_hash_str("long key"), (void *)43) == 0);
+    CHECK(np_map_get_str(&m, "long key") == (void *)43);
+    void **slot = np_map_slot_str_hashed(&m, "new", np_hash_str("new"));
+    CHECK(slot && *slot == NULL);
+    *slot = (void *)44;
+    CHECK(np_map_get_str(&m, "new") == (void *)44);
+    slot = np_map_slot_str_hashed(&m, "k", np_hash_str("k"));
+    CHECK(slot && *slot == (void *)42);
     CHECK(np_map_get_u64(&m, 0) == NULL);
     np_map_free(&m, NULL);
 }
@@ -249,7 +327,7 @@ static void test_writers(void) {
     memcpy(e.comm, "we;ird\ncomm x", 14);
     struct np_launch l;
     np_launch_decode(&e, np_probe_def_by_symbol("cudaLaunchKernel"), &l);
-    struct np_stack_texts stack;
+    struct np_stack_texts stack = {0};
     np_str_init(&stack.folded);
     np_str_init(&stack.detailed);
     np_str_init(&stack.locations);
@@ -760,7 +838,7 @@ static void capture_two(struct np_graphs *g, uint64_t stream, uint64_t graph, co
     const struct np_probe_def *launch = graph_def("cuLaunchKernel");
     struct np_graph_event e = graph_call(NP_GOP_BEGIN, stream, 0, 0, 0);
     np_graphs_on_call(g, begin, &e);
-    struct np_stack_texts t;
+    struct np_stack_texts t = {0};
     np_str_init(&t.folded), np_str_init(&t.detailed), np_str_init(&t.locations);
     np_str_append(&t.folded, "main;capture;cuLaunchKernel");
     np_str_append(&t.detailed, "main;capture;cuLaunchKernel");
@@ -873,7 +951,7 @@ static void test_graph_identity(void) {
     const struct np_probe_def *end = graph_def("cuStreamEndCapture");
     const struct np_probe_def *launch = graph_def("cuLaunchKernel");
     const struct np_probe_def *inst = graph_def("cuGraphInstantiateWithFlags");
-    struct np_stack_texts t;
+    struct np_stack_texts t = {0};
     np_str_init(&t.folded), np_str_init(&t.detailed), np_str_init(&t.locations);
     struct np_graph_event e = graph_call(NP_GOP_BEGIN, 0x100, 0, 0, 0);
     np_graphs_on_call(&g, begin, &e);
@@ -967,6 +1045,7 @@ int main(void) {
     test_maps();
     test_sanitize();
     test_json();
+    test_str();
     test_hashmap();
     test_hashmap_delete();
     test_gpu_join();
