@@ -543,8 +543,7 @@ struct frame_walk {
     const struct np_py_cfg *cfg;
     struct py_frame_buf *buf;
     __u64 frame;
-    __u32 base; /* data[] index of the first Python frame */
-    __u32 n;
+    __u32 base;       /* data[] index of the first Python frame */
     __u32 flags;      /* NP_LF_PY_* */
     __u32 read;       /* frames read, */
     __u32 bulk;       /* ... of them from buf->bulk */
@@ -635,15 +634,67 @@ static __always_inline __u32 *frame_flags_at(struct frame_walk *w, __u32 n) {
     return (__u32 *)&w->e->data[idx + 1] + 1;
 }
 
+/* Frames walked at once from the bulk copy, before frame_walk_step's
+ * general case: the frames of ordinary calls, which the copy holds, with
+ * the walk's state in registers. */
+#define NP_PY_HELD_FRAMES 16
+
+/* Walks on while the frame lies in buf->bulk and is an ordinary frame with
+ * code (3.12+: no is_entry, shims known by their owner); stops, leaving it
+ * to the general case, at any other: outside the copy, a C-stack shim, no
+ * code, over max_frames. Does what the general case does for each. Every
+ * test leaves the loop, so the verifier follows one path through it. */
+static __always_inline void walk_held(struct frame_walk *w, const struct np_py_cfg *cfg,
+                                      __u32 len) {
+    __u32 prev_off = cfg->frame_previous, code_off = cfg->frame_code, instr_off = cfg->frame_instr;
+    __u32 owner_off = cfg->frame_owner;
+
+    if (cfg->legacy_frames || cfg->frame_is_entry != NP_PY_NO_FIELD ||
+        prev_off > NP_PY_FRAME_READ - 8 || code_off > NP_PY_FRAME_READ - 8 ||
+        instr_off > NP_PY_FRAME_READ - 8 || owner_off >= NP_PY_FRAME_READ)
+        return;
+    __u64 frame = w->frame, lo = w->bulk_lo, hi = w->bulk_hi, hash = w->hash;
+    __u64 adaptive = cfg->code_adaptive;
+    __u32 n = w->e->n_py, base = w->base, max = cfg->max_frames, k;
+    __u8 shim = cfg->owner_shim;
+    const __u8 *bulk = w->buf->bulk;
+    __u64 *data = w->e->data;
+
+    if (max > NP_PY_MAX_FRAMES)
+        max = NP_PY_MAX_FRAMES;
+    for (k = 0; k < NP_PY_HELD_FRAMES; k++) {
+        if (frame < lo || frame + len > hi || frame + len < frame)
+            break;
+        const __u8 *fb = bulk + ((frame - lo) & (NP_PY_BULK_BYTES - 1));
+        __u64 code = *(const __u64 *)(fb + code_off) & ~7ull;
+        __u64 idx = (__u64)base + 2 * (__u64)(n + k);
+        if (fb[owner_off] >= shim || !code || n + k >= max || idx > NP_DATA_WORDS - 2)
+            break;
+        barrier_var(idx);
+        __s32 instr = (__s32)(*(const __u64 *)(fb + instr_off) - (code + adaptive));
+        data[idx] = code;
+        data[idx + 1] = (__u32)instr;
+        hash = (hash ^ code) * 0x100000001b3ull;
+        __u64 prev = *(const __u64 *)(fb + prev_off);
+        frame = prev == frame ? 0 : prev; /* a corrupt chain must not spin */
+    }
+    w->frame = frame;
+    w->hash = hash;
+    w->e->n_py = n + k; /* kept in the record: the verifier tracks no value there */
+    w->read += k;
+    w->bulk += k;
+}
+
 static long frame_walk_step(__u32 i, void *ctx) {
     struct frame_walk *w = ctx;
     const struct np_py_cfg *cfg = w->cfg;
     __u32 len = cfg->frame_read;
 
-    if (!w->frame)
-        return 1;
     if (len > NP_PY_FRAME_READ)
         len = NP_PY_FRAME_READ;
+    walk_held(w, cfg, len);
+    if (!w->frame)
+        return 1;
     __u64 frame = w->frame;
     const __u8 *fb = frame_bytes(w, frame, len);
     if (!fb) {
@@ -657,18 +708,20 @@ static long frame_walk_step(__u32 i, void *ctx) {
     __u64 code = buf_u64(fb, cfg->frame_code) & ~7ull; /* 3.14: tagged _PyStackRef */
     if (cfg->frame_owner != NP_PY_NO_FIELD && buf_u8(fb, cfg->frame_owner) >= cfg->owner_shim) {
         /* the C-stack shim below a C activation's frames: ends that block */
-        __u32 *prev_flags = w->n ? frame_flags_at(w, w->n - 1) : NULL;
+        __u32 n = w->e->n_py;
+        __u32 *prev_flags = n ? frame_flags_at(w, n - 1) : NULL;
         if (prev_flags)
             *prev_flags |= NP_PYF_ENTRY;
         return 0;
     }
     if (!code)
         return 0;
-    if (w->n >= cfg->max_frames || w->n >= NP_PY_MAX_FRAMES) {
+    __u32 n = w->e->n_py;
+    if (n >= cfg->max_frames || n >= NP_PY_MAX_FRAMES) {
         w->flags |= NP_LF_PY_TRUNCATED;
         return 1;
     }
-    __u64 idx = (__u64)w->base + 2 * (__u64)w->n;
+    __u64 idx = (__u64)w->base + 2 * (__u64)n;
     if (idx > NP_DATA_WORDS - 2)
         return 1;
     barrier_var(idx);
@@ -686,7 +739,7 @@ static long frame_walk_step(__u32 i, void *ctx) {
     w->hash = (w->hash ^ code) * 0x100000001b3ull;
     w->e->data[idx] = code;
     w->e->data[idx + 1] = (__u64)(__u32)instr | ((__u64)flags << 32);
-    w->n++;
+    w->e->n_py = n + 1;
     return 0;
 }
 
@@ -756,6 +809,7 @@ __noinline int capture_python(struct np_launch_event *e, const struct np_py_cfg 
     if (stack_len > NP_MAX_STACK_BYTES || n_ips > NP_MAX_STACK)
         return 0;
     __u32 base = np_launch_py_index(n_ips, stack_len);
+    e->n_py = 0;
     count(NP_CNT_PY_WALKS);
     __u64 fsbase = bpf_get_current_task_btf()->thread.fsbase;
     bool chunked = cfg->tstate_chunk != NP_PY_NO_FIELD && cfg->chunk_data != NP_PY_NO_FIELD;
@@ -788,14 +842,13 @@ __noinline int capture_python(struct np_launch_event *e, const struct np_py_cfg 
     bpf_loop(2 * NP_PY_MAX_FRAMES + 2, frame_walk_step, &w, 0);
     count_n(NP_CNT_PY_FRAMES, w.read);
     count_n(NP_CNT_PY_FRAMES_BULK, w.bulk);
-    e->n_py = w.n;
     e->flags |= NP_LF_PY | w.flags;
     if (w.flags & NP_LF_PY_ERR)
         count(NP_CNT_PY_ERRORS);
     if (w.flags & NP_LF_PY_TRUNCATED)
         count(NP_CNT_PY_TRUNCATED);
     /* the thread's last stack was seen: most launches repeat it */
-    if (!w.n || t->py_hash == w.hash)
+    if (!e->n_py || t->py_hash == w.hash)
         return 0;
     struct py_stack_key key = {.pid = pid, .hash = w.hash};
     __u8 one = 1;
