@@ -90,7 +90,9 @@ struct np_thread {
     __u64 vma_lo, vma_hi, top;
     __u32 unneeded;   /* stack_hints[pid, tid, top] ... */
     __u32 hints_seen; /* ... as of hints_gen = hints_seen - 1 (0: not looked up) */
-    __u32 py_seen;    /* py_gen + 1 when py_procs had no entry for the process (0: look up) */
+    __u32 py_seen;    /* py_gen + 1 when py_is and py_cfg were read (0: look up) */
+    __u32 py_is;      /* the process walks Python frames: py_cfg is its py_procs entry */
+    struct np_py_cfg py_cfg;
     __u32 py_state;   /* NP_THR_PY_*: what is known of its Python thread state */
     __u64 py_tstate;  /* NP_THR_PY_FOUND: its PyThreadState */
     __u64 py_checked; /* NP_THR_PY_NONE: when that was found out */
@@ -455,7 +457,7 @@ struct {
  * thread's data stack, taken from bulk[]: a copy of up to NP_PY_BULK_BYTES
  * of the stack chunk below (and including) the frame that missed it. The
  * extra NP_PY_FRAME_READ lets a masked offset plus a field stay inside. */
-#define NP_PY_BULK_BYTES 8192 /* a power of two */
+#define NP_PY_BULK_BYTES 16384 /* a power of two */
 
 #define NP_PY_TSTATE_SPAN 512 /* the thread state's fields read at once (a power of two) */
 
@@ -866,16 +868,18 @@ __noinline int capture_python(struct np_launch_event *e, const struct np_py_cfg 
 }
 
 /* Whether the process walks Python frames: its py_procs entry, or NULL.
- * A thread remembers that its process has none until user space changes
- * py_procs (py_gen): most processes are not Python. */
+ * A thread keeps a copy of the entry, or that there is none, until user
+ * space changes py_procs (py_gen). */
 static __always_inline struct np_py_cfg *python_of(__u32 pid, struct np_thread *t) {
     __u32 gen = py_gen;
-    if (t->py_seen == gen + 1)
-        return NULL;
-    struct np_py_cfg *py = bpf_map_lookup_elem(&py_procs, &pid);
-    if (!py)
+    if (t->py_seen != gen + 1) {
+        struct np_py_cfg *py = bpf_map_lookup_elem(&py_procs, &pid);
+        if (py)
+            t->py_cfg = *py;
+        t->py_is = py != NULL;
         t->py_seen = gen + 1;
-    return py;
+    }
+    return t->py_is ? &t->py_cfg : NULL;
 }
 
 /* ts: the hit's time, shared with the NCCL plan record of the same hit. */
