@@ -906,10 +906,6 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
     e->sp = PT_REGS_SP(ctx);
     e->bp = PT_REGS_FP(ctx);
     read_reg_args(ctx, e->args);
-    __builtin_memset(e->deref, 0, sizeof(e->deref));
-    if (cfg->deref_arg >= 0)
-        copy_deref(e, cfg);
-
     __u32 n = 1, copied = 0;
     if (stack_bytes) {
         e->flags |= NP_LF_STACK_COPY;
@@ -922,6 +918,10 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
         if (n > NP_MAX_STACK)
             n = NP_MAX_STACK;
     }
+    /* after the stack arguments: the pointer may be one */
+    __builtin_memset(e->deref, 0, sizeof(e->deref));
+    if (cfg->deref_arg >= 0)
+        copy_deref(e, cfg);
     e->n_ips = n;
     e->stack_len = copied;
     e->n_py = 0;
