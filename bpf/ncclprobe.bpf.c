@@ -81,32 +81,69 @@ struct {
     __type(value, __u64);
 } probe_limited SEC(".maps");
 
-/* The innermost live launch on a thread, to flag launches nested in it. */
-struct launch_scope {
-    __u64 sp;       /* stack pointer at its entry: its return address lives there */
-    __u64 ret_addr; /* the return address, to tell a live activation from a stale one */
-    __u32 probe_id;
+/* What a thread's launches keep between them, in its task storage (freed
+ * with the thread, so a reused tid starts afresh): constants that would
+ * otherwise cost a helper call, a map lookup or a user read at every launch. */
+struct np_thread {
+    /* the stack mapping sp was in at the last launch, [vma_lo, vma_hi), and
+     * its stack_top (copy_user_stack) */
+    __u64 vma_lo, vma_hi, top;
+    __u32 unneeded;   /* stack_hints[pid, tid, top] ... */
+    __u32 hints_seen; /* ... as of hints_gen = hints_seen - 1 (0: not looked up) */
+    __u32 py_seen;    /* py_gen + 1 when py_is and py_cfg were read (0: look up) */
+    __u32 py_is;      /* the process walks Python frames: py_cfg is its py_procs entry */
+    struct np_py_cfg py_cfg;
+    __u32 py_state;   /* NP_THR_PY_*: what is known of its Python thread state */
+    __u64 py_tstate;  /* NP_THR_PY_FOUND: its PyThreadState */
+    __u64 py_checked; /* NP_THR_PY_NONE: when that was found out */
+    __u64 py_hash;    /* the code objects of its last Python stack (in py_seen_stacks) */
+    /* the innermost live launch on the thread, to flag launches nested in it:
+     * the stack pointer at its entry (its return address lives there) and
+     * that return address, to tell a live activation from a stale one */
+    __u64 scope_sp, scope_ret;
+    __u32 scope_probe, scope_set;
+    /* a thunk that was entered and is about to jump into its target probe */
+    __u64 thunk_sp;
+    __u32 thunk_probe, thunk_set;
 };
 
-struct {
-    __uint(type, BPF_MAP_TYPE_LRU_HASH);
-    __uint(max_entries, 65536);
-    __type(key, __u32);
-    __type(value, struct launch_scope);
-} scope_by_tid SEC(".maps");
-
-/* A thunk that was entered and is about to jump into its target probe. */
-struct thunk_entry {
-    __u64 sp;
-    __u32 probe_id;
-};
+#define NP_THR_PY_UNKNOWN 0
+#define NP_THR_PY_FOUND 1
+#define NP_THR_PY_NONE 2
 
 struct {
-    __uint(type, BPF_MAP_TYPE_LRU_HASH);
-    __uint(max_entries, 65536);
+    __uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+    __uint(map_flags, BPF_F_NO_PREALLOC);
+    __type(key, int);
+    __type(value, struct np_thread);
+} thread_state SEC(".maps");
+
+/* Bumped by user space after each change of stack_hints (py_procs): a
+ * thread's copy of its entry is looked up again. */
+volatile __u32 hints_gen;
+volatile __u32 py_gen;
+
+/* Where a thread's state cannot be had (no memory), a per-CPU stand-in,
+ * cleared for each use: it remembers nothing, so the launch costs what it
+ * did without the cache, and no thread sees another's scope or thunk. */
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
     __type(key, __u32);
-    __type(value, struct thunk_entry);
-} thunk_by_tid SEC(".maps");
+    __type(value, struct np_thread);
+} thread_standin SEC(".maps");
+
+static __always_inline struct np_thread *this_thread(void) {
+    struct np_thread *t = bpf_task_storage_get(&thread_state, bpf_get_current_task_btf(), 0,
+                                               BPF_LOCAL_STORAGE_GET_F_CREATE);
+    if (t)
+        return t;
+    __u32 zero = 0;
+    t = bpf_map_lookup_elem(&thread_standin, &zero);
+    if (t)
+        __builtin_memset(t, 0, sizeof(*t));
+    return t;
+}
 
 /* A handle-producing call in flight: filled at entry, sent at return. Keyed
  * by thread and entry stack pointer, so a producer calling another (the
@@ -211,35 +248,32 @@ static __always_inline __u64 arg_value(struct np_launch_event *e, int idx) {
  * cuLaunchKernelEx) and, if not, make it the thread's innermost launch.
  * An older scope is still live when our stack pointer is below its entry
  * stack pointer and its return address is still in place there. */
-static __always_inline void track_scope(struct np_launch_event *e, __u32 tid) {
-    struct launch_scope *outer = bpf_map_lookup_elem(&scope_by_tid, &tid);
+static __always_inline void track_scope(struct np_launch_event *e, struct np_thread *t) {
     __u64 slot = 0;
 
-    if (outer && e->sp < outer->sp &&
-        bpf_probe_read_user(&slot, sizeof(slot), (void *)outer->sp) == 0 &&
-        slot == outer->ret_addr) {
+    if (t->scope_set && e->sp < t->scope_sp &&
+        bpf_probe_read_user(&slot, sizeof(slot), (void *)t->scope_sp) == 0 &&
+        slot == t->scope_ret) {
         e->flags |= NP_LF_NESTED;
-        e->outer_probe = outer->probe_id;
+        e->outer_probe = t->scope_probe;
         return;
     }
-    struct launch_scope now = {.sp = e->sp, .ret_addr = e->ret_addr, .probe_id = e->called_as};
-    if (outer) /* only this thread writes its entry: in place, no update's bucket lock */
-        *outer = now;
-    else
-        bpf_map_update_elem(&scope_by_tid, &tid, &now, BPF_ANY);
+    t->scope_sp = e->sp;
+    t->scope_ret = e->ret_addr;
+    t->scope_probe = e->called_as;
+    t->scope_set = 1;
 }
 
 /* A thunk entered just before us with the same stack pointer means the
  * caller called the thunk: report the launch under the thunk's name. */
-static __always_inline void take_thunk(struct np_launch_event *e, __u32 tid) {
-    struct thunk_entry *t = bpf_map_lookup_elem(&thunk_by_tid, &tid);
-    if (!t)
+static __always_inline void take_thunk(struct np_launch_event *e, struct np_thread *t) {
+    if (!t->thunk_set)
         return;
-    if (t->sp == e->sp) {
-        e->called_as = t->probe_id;
+    if (t->thunk_sp == e->sp) {
+        e->called_as = t->thunk_probe;
         e->flags |= NP_LF_VIA_THUNK;
     }
-    bpf_map_delete_elem(&thunk_by_tid, &tid);
+    t->thunk_set = 0;
 }
 
 static __always_inline void copy_deref(struct np_launch_event *e, const struct np_probe_cfg *cfg) {
@@ -265,8 +299,24 @@ static __always_inline __u32 capture_fp_stack(struct pt_regs *ctx, struct np_lau
     return n / sizeof(__u64);
 }
 
-static long stack_vma_end(struct task_struct *task, struct vm_area_struct *vma, void *ctx) {
-    *(__u64 *)ctx = vma->vm_end;
+/* The return address at sp and the stack-passed arguments above it. */
+static __always_inline void read_stack_args(struct np_launch_event *e) {
+    e->ret_addr = 0;
+    bpf_probe_read_user(&e->ret_addr, sizeof(e->ret_addr), (void *)e->sp);
+    if (bpf_probe_read_user(e->stack_args, sizeof(e->stack_args), (void *)(e->sp + 8)) != 0) {
+        __builtin_memset(e->stack_args, 0, sizeof(e->stack_args));
+        e->flags |= NP_LF_ARGS_ERR;
+    }
+}
+
+struct vma_bounds {
+    __u64 start, end;
+};
+
+static long stack_vma_bounds(struct task_struct *task, struct vm_area_struct *vma, void *ctx) {
+    struct vma_bounds *b = ctx;
+    b->start = vma->vm_start;
+    b->end = vma->vm_end;
     return 0;
 }
 
@@ -283,44 +333,89 @@ struct {
     __type(value, __u32);
 } stack_hints SEC(".maps");
 
-static __always_inline __u32 copy_user_stack(struct np_launch_event *e, __u64 pid_tgid) {
-    __u64 end = 0, len = stack_bytes, copied = 0;
-    __u8 *dst = (__u8 *)&e->data[1];
-    struct task_struct *task = bpf_get_current_task_btf();
-
-    bpf_find_vma(task, e->sp, stack_vma_end, &end, 0);
-    /* On the main thread every frame lies below start_stack (argc at exec);
-     * above it are argv, the environment and auxv, which unwinding never
-     * needs. */
-    __u64 start_stack = BPF_CORE_READ(task, mm, start_stack);
-    if (start_stack > e->sp && start_stack < end)
-        end = start_stack + 8;
-    e->stack_top = end;
-    if (end > e->sp && end - e->sp < len)
-        len = end - e->sp;
+/* Where the copy may end at most (e->stack_top) and, from stack_hints, how
+ * many bytes below that unwinding never needs. Both are constant while the
+ * thread stays on one stack mapping and user space changes no hint: kept in
+ * the thread's state, so most launches need neither bpf_find_vma nor a
+ * lookup. */
+static __always_inline __u64 stack_top_of(__u64 sp, __u64 pid_tgid, struct np_thread *t,
+                                          __u32 *unneeded) {
+    __u64 top;
+    if (sp >= t->vma_lo && sp < t->vma_hi) {
+        top = t->top;
+    } else {
+        struct task_struct *task = bpf_get_current_task_btf();
+        struct vma_bounds b = {};
+        bpf_find_vma(task, sp, stack_vma_bounds, &b, 0);
+        top = b.end;
+        /* On the main thread every frame lies below start_stack (argc at
+         * exec); above it are argv, the environment and auxv, which
+         * unwinding never needs. */
+        __u64 start_stack = BPF_CORE_READ(task, mm, start_stack);
+        if (start_stack > sp && start_stack < top)
+            top = start_stack + 8;
+        t->vma_lo = b.start;
+        t->vma_hi = b.end;
+        t->top = top;
+        t->hints_seen = 0;
+    }
+    __u32 gen = hints_gen;
+    if (t->hints_seen == gen + 1) {
+        *unneeded = t->unneeded;
+        return top;
+    }
     /* what lies above this thread's outermost frame, unwinding never needs
      * (a worker thread's TLS and thread descriptor: kilobytes) */
-    struct np_stack_hint_key hk = {.pid = pid_tgid >> 32, .tid = (__u32)pid_tgid, .stack_top = end};
-    __u32 *unneeded = bpf_map_lookup_elem(&stack_hints, &hk);
-    if (unneeded && end > e->sp + *unneeded && end - e->sp - *unneeded < len) {
-        len = end - e->sp - *unneeded;
+    struct np_stack_hint_key hk = {.pid = pid_tgid >> 32, .tid = (__u32)pid_tgid, .stack_top = top};
+    __u32 *hint = bpf_map_lookup_elem(&stack_hints, &hk);
+    *unneeded = hint ? *hint : 0;
+    t->unneeded = *unneeded;
+    t->hints_seen = gen + 1;
+    return top;
+}
+
+/* Also takes the return address and the stack arguments from the copy's
+ * first words (or reads them). A global function: verified once, whatever
+ * the caller's state, which keeps the program within the verifier's limits.
+ * Returns the bytes copied. */
+__noinline int copy_user_stack(struct np_launch_event *e, struct np_thread *t, __u64 pid_tgid) {
+    if (!e || !t)
+        return 0;
+    __u64 len = stack_bytes, copied = 0, sp = e->sp;
+    __u8 *dst = (__u8 *)&e->data[1];
+    __u32 unneeded = 0;
+
+    __u64 end = stack_top_of(sp, pid_tgid, t, &unneeded);
+    e->stack_top = end;
+    if (end > sp && end - sp < len)
+        len = end - sp;
+    if (unneeded && end > sp + unneeded && end - sp - unneeded < len) {
+        len = end - sp - unneeded;
         e->flags |= NP_LF_STACK_HINTED;
     }
     if (len > NP_MAX_STACK_BYTES)
         len = NP_MAX_STACK_BYTES;
-    __u64 chunk = NP_PAGE - (e->sp & (NP_PAGE - 1)); /* up to the first page boundary */
+    __u64 chunk = NP_PAGE - (sp & (NP_PAGE - 1)); /* up to the first page boundary */
     for (int i = 0; i <= NP_MAX_STACK_BYTES / NP_PAGE; i++) {
         if (chunk > len - copied)
             chunk = len - copied;
         if (chunk == 0 || chunk > NP_PAGE || copied > NP_MAX_STACK_BYTES - NP_PAGE)
             break;
-        if (bpf_probe_read_user(dst + copied, chunk, (void *)(e->sp + copied)) != 0)
+        if (bpf_probe_read_user(dst + copied, chunk, (void *)(sp + copied)) != 0)
             break;
         copied += chunk;
         chunk = NP_PAGE;
     }
     if (copied == 0)
         e->flags |= NP_LF_STACK_ERR;
+    if (copied >= (1 + NP_STACK_ARGS) * sizeof(__u64)) {
+        const __u64 *words = (const __u64 *)dst;
+        e->ret_addr = words[0];
+        for (int i = 0; i < NP_STACK_ARGS; i++)
+            e->stack_args[i] = words[1 + i];
+    } else {
+        read_stack_args(e);
+    }
     return copied;
 }
 
@@ -334,10 +429,6 @@ static __always_inline __u32 copy_user_stack(struct np_launch_event *e, __u64 pi
  * and TLS lookups are wrong here: launches run with the GIL released. Offsets
  * come from user space (struct np_py_cfg), so one walker serves 3.10-3.14.
  */
-struct py_thread {
-    __u64 tstate;     /* 0: the thread had no Python thread state */
-    __u64 checked_ns; /* when that was found out */
-};
 
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
@@ -345,13 +436,6 @@ struct {
     __type(key, __u32);
     __type(value, struct np_py_cfg);
 } py_procs SEC(".maps");
-
-struct {
-    __uint(type, BPF_MAP_TYPE_LRU_HASH);
-    __uint(max_entries, 65536);
-    __type(key, __u32);
-    __type(value, struct py_thread);
-} py_thread_by_tid SEC(".maps");
 
 /* Python stacks (by their code objects) seen before. A new one wakes the
  * reader at once: code objects are read from the live process, and a
@@ -373,11 +457,14 @@ struct {
  * thread's data stack, taken from bulk[]: a copy of up to NP_PY_BULK_BYTES
  * of the stack chunk below (and including) the frame that missed it. The
  * extra NP_PY_FRAME_READ lets a masked offset plus a field stay inside. */
-#define NP_PY_BULK_BYTES 8192 /* a power of two */
+#define NP_PY_BULK_BYTES 16384 /* a power of two */
+
+#define NP_PY_TSTATE_SPAN 512 /* the thread state's fields read at once (a power of two) */
 
 struct py_frame_buf {
     __u8 bytes[NP_PY_FRAME_READ + 8];
     __u8 bulk[NP_PY_BULK_BYTES + NP_PY_FRAME_READ];
+    __u8 tstate[NP_PY_TSTATE_SPAN + 8];
 };
 
 struct {
@@ -431,27 +518,19 @@ static long thread_walk_step(__u32 i, void *ctx) {
     return 0;
 }
 
-/* The calling thread's PyThreadState, or 0. */
-static __always_inline __u64 find_thread_state(const struct np_py_cfg *cfg, __u32 tid) {
-    struct task_struct *task = bpf_get_current_task_btf();
-    __u64 fsbase = BPF_CORE_READ(task, thread.fsbase);
-    __u64 now = bpf_ktime_get_ns();
-
-    struct py_thread *known = bpf_map_lookup_elem(&py_thread_by_tid, &tid);
-    if (known) {
-        if (known->tstate && read_user_u64(known->tstate + cfg->tstate_thread_id) == fsbase)
-            return known->tstate;
-        if (!known->tstate && now - known->checked_ns < NP_PY_NO_THREAD_RECHECK_NS)
-            return 0;
-    }
+/* The calling thread's PyThreadState, or 0, found by walking every
+ * interpreter's thread list; remembered in the thread's state. */
+static __always_inline __u64 find_thread_state(const struct np_py_cfg *cfg, struct np_thread *t,
+                                               __u64 fsbase, __u64 now) {
     struct thread_walk w = {.cfg = cfg, .fsbase = fsbase};
     w.interp = read_user_u64(cfg->runtime + cfg->interp_head);
     if (w.interp) {
         w.tstate = read_user_u64(w.interp + cfg->interp_threads);
         bpf_loop(NP_PY_MAX_THREAD_STEPS, thread_walk_step, &w, 0);
     }
-    struct py_thread now_known = {.tstate = w.found, .checked_ns = now};
-    bpf_map_update_elem(&py_thread_by_tid, &tid, &now_known, BPF_ANY);
+    t->py_state = w.found ? NP_THR_PY_FOUND : NP_THR_PY_NONE;
+    t->py_tstate = w.found;
+    t->py_checked = now;
     return w.found;
 }
 
@@ -466,8 +545,7 @@ struct frame_walk {
     const struct np_py_cfg *cfg;
     struct py_frame_buf *buf;
     __u64 frame;
-    __u32 base; /* data[] index of the first Python frame */
-    __u32 n;
+    __u32 base;       /* data[] index of the first Python frame */
     __u32 flags;      /* NP_LF_PY_* */
     __u32 read;       /* frames read, */
     __u32 bulk;       /* ... of them from buf->bulk */
@@ -558,15 +636,67 @@ static __always_inline __u32 *frame_flags_at(struct frame_walk *w, __u32 n) {
     return (__u32 *)&w->e->data[idx + 1] + 1;
 }
 
+/* Frames walked at once from the bulk copy, before frame_walk_step's
+ * general case: the frames of ordinary calls, which the copy holds, with
+ * the walk's state in registers. */
+#define NP_PY_HELD_FRAMES 16
+
+/* Walks on while the frame lies in buf->bulk and is an ordinary frame with
+ * code (3.12+: no is_entry, shims known by their owner); stops, leaving it
+ * to the general case, at any other: outside the copy, a C-stack shim, no
+ * code, over max_frames. Does what the general case does for each. Every
+ * test leaves the loop, so the verifier follows one path through it. */
+static __always_inline void walk_held(struct frame_walk *w, const struct np_py_cfg *cfg,
+                                      __u32 len) {
+    __u32 prev_off = cfg->frame_previous, code_off = cfg->frame_code, instr_off = cfg->frame_instr;
+    __u32 owner_off = cfg->frame_owner;
+
+    if (cfg->legacy_frames || cfg->frame_is_entry != NP_PY_NO_FIELD ||
+        prev_off > NP_PY_FRAME_READ - 8 || code_off > NP_PY_FRAME_READ - 8 ||
+        instr_off > NP_PY_FRAME_READ - 8 || owner_off >= NP_PY_FRAME_READ)
+        return;
+    __u64 frame = w->frame, lo = w->bulk_lo, hi = w->bulk_hi, hash = w->hash;
+    __u64 adaptive = cfg->code_adaptive;
+    __u32 n = w->e->n_py, base = w->base, max = cfg->max_frames, k;
+    __u8 shim = cfg->owner_shim;
+    const __u8 *bulk = w->buf->bulk;
+    __u64 *data = w->e->data;
+
+    if (max > NP_PY_MAX_FRAMES)
+        max = NP_PY_MAX_FRAMES;
+    for (k = 0; k < NP_PY_HELD_FRAMES; k++) {
+        if (frame < lo || frame + len > hi || frame + len < frame)
+            break;
+        const __u8 *fb = bulk + ((frame - lo) & (NP_PY_BULK_BYTES - 1));
+        __u64 code = *(const __u64 *)(fb + code_off) & ~7ull;
+        __u64 idx = (__u64)base + 2 * (__u64)(n + k);
+        if (fb[owner_off] >= shim || !code || n + k >= max || idx > NP_DATA_WORDS - 2)
+            break;
+        barrier_var(idx);
+        __s32 instr = (__s32)(*(const __u64 *)(fb + instr_off) - (code + adaptive));
+        data[idx] = code;
+        data[idx + 1] = (__u32)instr;
+        hash = (hash ^ code) * 0x100000001b3ull;
+        __u64 prev = *(const __u64 *)(fb + prev_off);
+        frame = prev == frame ? 0 : prev; /* a corrupt chain must not spin */
+    }
+    w->frame = frame;
+    w->hash = hash;
+    w->e->n_py = n + k; /* kept in the record: the verifier tracks no value there */
+    w->read += k;
+    w->bulk += k;
+}
+
 static long frame_walk_step(__u32 i, void *ctx) {
     struct frame_walk *w = ctx;
     const struct np_py_cfg *cfg = w->cfg;
     __u32 len = cfg->frame_read;
 
-    if (!w->frame)
-        return 1;
     if (len > NP_PY_FRAME_READ)
         len = NP_PY_FRAME_READ;
+    walk_held(w, cfg, len);
+    if (!w->frame)
+        return 1;
     __u64 frame = w->frame;
     const __u8 *fb = frame_bytes(w, frame, len);
     if (!fb) {
@@ -580,18 +710,20 @@ static long frame_walk_step(__u32 i, void *ctx) {
     __u64 code = buf_u64(fb, cfg->frame_code) & ~7ull; /* 3.14: tagged _PyStackRef */
     if (cfg->frame_owner != NP_PY_NO_FIELD && buf_u8(fb, cfg->frame_owner) >= cfg->owner_shim) {
         /* the C-stack shim below a C activation's frames: ends that block */
-        __u32 *prev_flags = w->n ? frame_flags_at(w, w->n - 1) : NULL;
+        __u32 n = w->e->n_py;
+        __u32 *prev_flags = n ? frame_flags_at(w, n - 1) : NULL;
         if (prev_flags)
             *prev_flags |= NP_PYF_ENTRY;
         return 0;
     }
     if (!code)
         return 0;
-    if (w->n >= cfg->max_frames || w->n >= NP_PY_MAX_FRAMES) {
+    __u32 n = w->e->n_py;
+    if (n >= cfg->max_frames || n >= NP_PY_MAX_FRAMES) {
         w->flags |= NP_LF_PY_TRUNCATED;
         return 1;
     }
-    __u64 idx = (__u64)w->base + 2 * (__u64)w->n;
+    __u64 idx = (__u64)w->base + 2 * (__u64)n;
     if (idx > NP_DATA_WORDS - 2)
         return 1;
     barrier_var(idx);
@@ -609,43 +741,120 @@ static long frame_walk_step(__u32 i, void *ctx) {
     w->hash = (w->hash ^ code) * 0x100000001b3ull;
     w->e->data[idx] = code;
     w->e->data[idx + 1] = (__u64)(__u32)instr | ((__u64)flags << 32);
-    w->n++;
+    w->e->n_py = n + 1;
     return 0;
 }
 
-/* Appends the thread's Python frames to e at data word `base`. */
-static __always_inline void capture_python(struct np_launch_event *e, const struct np_py_cfg *cfg,
-                                           __u32 pid, __u32 tid, __u32 base) {
+/* The thread state's fields the walk starts from. */
+struct tstate_fields {
+    __u64 thread_id, frame, chunk;
+};
+
+static __always_inline __u64 span_u64(const __u8 *buf, __u32 off) {
+    if (off > NP_PY_TSTATE_SPAN - 8)
+        return 0;
+    return *(const __u64 *)(buf + off);
+}
+
+/* Reads thread_id, the frame pointer and (chunked) datastack_chunk: one
+ * read when they lie within NP_PY_TSTATE_SPAN bytes, as they do in every
+ * version, else one by one. False: unreadable. */
+static __always_inline bool read_tstate(const struct np_py_cfg *cfg, struct py_frame_buf *buf,
+                                        __u64 tstate, bool chunked, struct tstate_fields *f) {
+    __u32 id = cfg->tstate_thread_id, fr = cfg->tstate_frame, ch = cfg->tstate_chunk;
+    __u32 lo = id < fr ? id : fr, hi = (id > fr ? id : fr) + 8;
+    if (chunked) {
+        lo = ch < lo ? ch : lo;
+        hi = ch + 8 > hi ? ch + 8 : hi;
+    }
+    __u64 len = (__u64)hi - lo;
+    if (len > NP_PY_TSTATE_SPAN) {
+        f->thread_id = read_user_u64(tstate + id);
+        f->frame = read_user_u64(tstate + fr);
+        if (chunked) {
+            f->chunk = read_user_u64(tstate + ch);
+        }
+        return f->thread_id != 0;
+    }
+    barrier_var(len);
+    if (bpf_probe_read_user(buf->tstate, len, (void *)(tstate + lo)) != 0)
+        return false;
+    f->thread_id = span_u64(buf->tstate, id - lo);
+    f->frame = span_u64(buf->tstate, fr - lo);
+    if (chunked) {
+        f->chunk = span_u64(buf->tstate, ch - lo);
+    }
+    return true;
+}
+
+/* 8 bytes of user memory at addr, from the launch's stack copy when they lie
+ * in it (3.11/3.12's _PyCFrame is a local of the innermost eval loop). */
+static __always_inline __u64 stack_or_user_u64(struct np_launch_event *e, __u32 stack_len,
+                                               __u64 addr) {
+    __u64 off = addr - e->sp;
+    if (addr >= e->sp && off + 8 <= stack_len && off <= NP_MAX_STACK_BYTES - 8) {
+        barrier_var(off);
+        return *(const __u64 *)((const __u8 *)&e->data[1] + off);
+    }
+    return read_user_u64(addr);
+}
+
+/* Appends the thread's Python frames to e, after its stack (e->n_py).
+ * A global function, verified once (see copy_user_stack). */
+__noinline int capture_python(struct np_launch_event *e, const struct np_py_cfg *cfg,
+                              struct np_thread *t, __u64 now) {
     __u32 zero = 0;
     struct py_frame_buf *buf = bpf_map_lookup_elem(&py_frame_scratch, &zero);
-    if (!buf)
-        return;
+    if (!e || !cfg || !t || !buf)
+        return 0;
+    __u32 pid = bpf_get_current_pid_tgid() >> 32, stack_len = e->stack_len, n_ips = e->n_ips;
+    if (stack_len > NP_MAX_STACK_BYTES || n_ips > NP_MAX_STACK)
+        return 0;
+    __u32 base = np_launch_py_index(n_ips, stack_len);
+    e->n_py = 0;
     count(NP_CNT_PY_WALKS);
-    __u64 tstate = find_thread_state(cfg, tid);
+    __u64 fsbase = bpf_get_current_task_btf()->thread.fsbase;
+    bool chunked = cfg->tstate_chunk != NP_PY_NO_FIELD && cfg->chunk_data != NP_PY_NO_FIELD;
+    struct tstate_fields f = {};
+    __u64 tstate = 0;
+    /* the thread's state found before: checked with the same read that
+     * gets the fields */
+    if (t->py_state == NP_THR_PY_FOUND && read_tstate(cfg, buf, t->py_tstate, chunked, &f) &&
+        f.thread_id == fsbase)
+        tstate = t->py_tstate;
+    if (!tstate &&
+        !(t->py_state == NP_THR_PY_NONE && now - t->py_checked < NP_PY_NO_THREAD_RECHECK_NS)) {
+        tstate = find_thread_state(cfg, t, fsbase, now);
+        __builtin_memset(&f, 0, sizeof(f));
+        if (tstate && !read_tstate(cfg, buf, tstate, chunked, &f))
+            __builtin_memset(&f, 0, sizeof(f));
+    }
     if (!tstate) {
         e->flags |= NP_LF_PY_NO_THREAD;
         count(NP_CNT_PY_NO_THREAD);
-        return;
+        return 0;
     }
     struct frame_walk w = {
         .e = e, .cfg = cfg, .buf = buf, .base = base, .hash = 0xcbf29ce484222325ull};
-    w.frame = read_user_u64(tstate + cfg->tstate_frame);
+    w.frame = f.frame;
     if (w.frame && cfg->cframe_frame != NP_PY_NO_FIELD) /* 3.11/3.12: via tstate->cframe */
-        w.frame = read_user_u64(w.frame + cfg->cframe_frame);
-    if (w.frame && cfg->tstate_chunk != NP_PY_NO_FIELD && cfg->chunk_data != NP_PY_NO_FIELD)
-        load_chunk(&w, read_user_u64(tstate + cfg->tstate_chunk));
+        w.frame = stack_or_user_u64(e, stack_len, w.frame + cfg->cframe_frame);
+    if (w.frame && chunked)
+        load_chunk(&w, f.chunk);
     bpf_loop(2 * NP_PY_MAX_FRAMES + 2, frame_walk_step, &w, 0);
     count_n(NP_CNT_PY_FRAMES, w.read);
     count_n(NP_CNT_PY_FRAMES_BULK, w.bulk);
-    e->n_py = w.n;
     e->flags |= NP_LF_PY | w.flags;
     if (w.flags & NP_LF_PY_ERR)
         count(NP_CNT_PY_ERRORS);
     if (w.flags & NP_LF_PY_TRUNCATED)
         count(NP_CNT_PY_TRUNCATED);
+    /* the thread's last stack was seen: most launches repeat it */
+    if (!e->n_py || t->py_hash == w.hash)
+        return 0;
     struct py_stack_key key = {.pid = pid, .hash = w.hash};
     __u8 one = 1;
-    if (w.n && !bpf_map_lookup_elem(&py_seen_stacks, &key)) {
+    if (!bpf_map_lookup_elem(&py_seen_stacks, &key)) {
         bpf_map_update_elem(&py_seen_stacks, &key, &one, BPF_ANY);
         e->flags |= NP_LF_PY_NEW;
         /* While this thread is in the launch its frames (and their code
@@ -654,6 +863,23 @@ static __always_inline void capture_python(struct np_launch_event *e, const stru
         if (cfg->hold)
             bpf_send_signal(NP_SIGSTOP);
     }
+    t->py_hash = w.hash;
+    return 0;
+}
+
+/* Whether the process walks Python frames: its py_procs entry, or NULL.
+ * A thread keeps a copy of the entry, or that there is none, until user
+ * space changes py_procs (py_gen). */
+static __always_inline struct np_py_cfg *python_of(__u32 pid, struct np_thread *t) {
+    __u32 gen = py_gen;
+    if (t->py_seen != gen + 1) {
+        struct np_py_cfg *py = bpf_map_lookup_elem(&py_procs, &pid);
+        if (py)
+            t->py_cfg = *py;
+        t->py_is = py != NULL;
+        t->py_seen = gen + 1;
+    }
+    return t->py_is ? &t->py_cfg : NULL;
 }
 
 /* ts: the hit's time, shared with the NCCL plan record of the same hit. */
@@ -663,6 +889,12 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
     struct np_launch_event *e = bpf_map_lookup_elem(&launch_scratch, &cpu);
     if (!e)
         return 0;
+    struct np_thread *t = this_thread();
+    if (!t) { /* never: a per-CPU array's only slot */
+        count(NP_CNT_LAUNCH_DROPPED);
+        count_probe(&probe_drops, probe_id);
+        return 0;
+    }
 
     e->cpu = cpu;
     e->probe_id = probe_id;
@@ -674,43 +906,41 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
     e->sp = PT_REGS_SP(ctx);
     e->bp = PT_REGS_FP(ctx);
     read_reg_args(ctx, e->args);
-    e->ret_addr = 0;
-    bpf_probe_read_user(&e->ret_addr, sizeof(e->ret_addr), (void *)e->sp);
-    if (bpf_probe_read_user(e->stack_args, sizeof(e->stack_args), (void *)(e->sp + 8)) != 0) {
-        __builtin_memset(e->stack_args, 0, sizeof(e->stack_args));
-        e->flags |= NP_LF_ARGS_ERR;
-    }
-    __builtin_memset(e->deref, 0, sizeof(e->deref));
-    if (cfg->deref_arg >= 0)
-        copy_deref(e, cfg);
-
     __u32 n = 1, copied = 0;
     if (stack_bytes) {
         e->flags |= NP_LF_STACK_COPY;
         e->data[0] = PT_REGS_IP(ctx);
-        copied = copy_user_stack(e, pid_tgid);
+        int c = copy_user_stack(e, t, pid_tgid);
+        copied = c > 0 && c <= NP_MAX_STACK_BYTES ? c : 0;
     } else {
+        read_stack_args(e);
         n = capture_fp_stack(ctx, e);
         if (n > NP_MAX_STACK)
             n = NP_MAX_STACK;
     }
+    /* after the stack arguments: the pointer may be one */
+    __builtin_memset(e->deref, 0, sizeof(e->deref));
+    if (cfg->deref_arg >= 0)
+        copy_deref(e, cfg);
     e->n_ips = n;
     e->stack_len = copied;
     e->n_py = 0;
 
-    __u32 tid = (__u32)pid_tgid;
     if (cfg->role == NP_ROLE_LAUNCH) {
-        take_thunk(e, tid);
-        track_scope(e, tid);
+        take_thunk(e, t);
+        track_scope(e, t);
     }
 
     __u64 size = NP_LAUNCH_FIXED_SIZE + n * sizeof(__u64) + copied;
     __u32 pid = pid_tgid >> 32;
-    struct np_py_cfg *py = bpf_map_lookup_elem(&py_procs, &pid);
+    struct np_py_cfg *py = python_of(pid, t);
     if (py) {
-        __u32 base = np_launch_py_index(n, copied);
-        capture_python(e, py, pid, tid, base);
-        size = NP_LAUNCH_FIXED_SIZE + base * sizeof(__u64) + e->n_py * sizeof(struct np_py_frame);
+        capture_python(e, py, t, ts);
+        __u32 n_py = e->n_py;
+        if (n_py > NP_PY_MAX_FRAMES)
+            n_py = 0;
+        size = NP_LAUNCH_FIXED_SIZE + np_launch_py_index(n, copied) * sizeof(__u64) +
+               n_py * sizeof(struct np_py_frame);
     }
     if (size > sizeof(*e))
         size = sizeof(*e);
@@ -727,9 +957,13 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
     return 0;
 }
 
-static __always_inline void remember_thunk(struct pt_regs *ctx, __u32 probe_id, __u32 tid) {
-    struct thunk_entry t = {.sp = PT_REGS_SP(ctx), .probe_id = probe_id};
-    bpf_map_update_elem(&thunk_by_tid, &tid, &t, BPF_ANY);
+static __always_inline void remember_thunk(struct pt_regs *ctx, __u32 probe_id) {
+    struct np_thread *t = this_thread();
+    if (t) {
+        t->thunk_sp = PT_REGS_SP(ctx);
+        t->thunk_probe = probe_id;
+        t->thunk_set = 1;
+    }
     count(NP_CNT_THUNK_HITS);
 }
 
@@ -1071,7 +1305,7 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
         return emit_launch(ctx, cfg, probe_id, pid_tgid, ts);
     }
     case NP_ROLE_THUNK:
-        remember_thunk(ctx, probe_id, (__u32)pid_tgid);
+        remember_thunk(ctx, probe_id);
         return 0;
     case NP_ROLE_HANDLE_ENTRY:
         remember_handle_call(ctx, cfg, probe_id, (__u32)pid_tgid);

@@ -26,6 +26,7 @@ struct learned_hint {
 
 void np_stack_hints_init(struct np_stack_hints *h) {
     h->fd = -1;
+    h->gen = NULL;
     np_map_init(&h->learned);
 }
 
@@ -64,6 +65,8 @@ static void write_hint(struct np_stack_hints *h, struct learned_hint *l, uint32_
                        : bpf_map_delete_elem(h->fd, &l->key);
     if (err == 0 || !unneeded) /* a missing entry (aged out) is dropped all the same */
         l->unneeded = unneeded;
+    if (h->gen) /* after the map: a thread that sees the new value looks it up again */
+        __atomic_fetch_add(h->gen, 1, __ATOMIC_RELEASE);
 }
 
 void np_stack_hints_learn(struct np_stack_hints *h, const struct np_launch_event *e,

@@ -18,6 +18,8 @@
 
 struct np_stack_hints {
     int fd;                /* BPF's stack_hints map; -1: none, nothing is learned */
+    volatile __u32 *gen;   /* BPF's hints_gen, bumped after each change (threads keep their
+                              entry until it moves); NULL: none */
     struct np_map learned; /* hash of the key -> struct learned_hint * */
 };
 

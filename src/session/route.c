@@ -217,6 +217,8 @@ void np_session_setup_ingest(struct np_session *s) {
     s->ingest.inline_folded = s->opt.inline_frames;
     s->ingest.python_mode = s->opt.python;
     np_stack_hints_init(&s->ingest.hints);
-    if (s->skel && s->opt.unwind != UNWIND_FP && !s->opt.fixed_stack_copy)
+    if (s->skel && s->opt.unwind != UNWIND_FP && !s->opt.fixed_stack_copy) {
         s->ingest.hints.fd = bpf_map__fd(s->skel->maps.stack_hints);
+        s->ingest.hints.gen = &s->skel->bss->hints_gen;
+    }
 }

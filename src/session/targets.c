@@ -84,6 +84,8 @@ static void enable_python(struct np_session *s, struct np_target *t) {
     __u32 key = (__u32)t->proc.pid;
     int err =
         bpf_map__update_elem(s->skel->maps.py_procs, &key, sizeof(key), &cfg, sizeof(cfg), BPF_ANY);
+    /* BPF threads that found no entry look again */
+    __atomic_fetch_add(&s->skel->bss->py_gen, 1, __ATOMIC_RELEASE);
     if (!err && !(t->in.pycode = np_pycode_new(t->proc.pid, l)))
         err = -ENOMEM;
     if (err) {
@@ -161,6 +163,7 @@ void np_session_target_exited(struct np_session *s, struct np_target *t) {
     if (t->python_walked) { /* the pid may be reused by a process that is not this one */
         __u32 key = (__u32)t->proc.pid;
         bpf_map__delete_elem(s->skel->maps.py_procs, &key, sizeof(key), 0);
+        __atomic_fetch_add(&s->skel->bss->py_gen, 1, __ATOMIC_RELEASE);
     }
     if (t->graphs.stats.captures) { /* a capture it left open must not outlive it */
         __u32 key = (__u32)t->proc.pid;
