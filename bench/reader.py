@@ -2,7 +2,7 @@
 """How fast the reader reads Python-sized records: bench/reader.sh's harness.
 
     reader.py --build BUILD [--previous PATH] [--python PY] [--seconds S] [--rounds N]
-              [--threads N] [--depth D] [--workers LIST] [--np-args ARGS] [--out FILE]
+              [--threads N] [--depth D] [--np-args ARGS] [--pin W,T] [--out FILE]
 
 Workload: bench/py_threads_flat.py, N CPython threads (4) launching flat out at Python depth
 D (20), attached with `ncclprobe record --pid`. Each run: the workload starts and waits, the
@@ -17,8 +17,8 @@ stops growing (it has read everything), reads it, and lets the workload exit. Pe
   launches' start until it was idle again): the reader's capacity, whether or not it kept up.
 
 --previous PATH (another ncclprobe binary, e.g. the commit before) runs in the same rounds,
-interleaved. --workers LIST (e.g. 0,1,2) runs BUILD once per value with --reader-threads N
-(events/s against the number of reader threads). Standard library only.
+interleaved. --pin W,T puts the workload on CPU W and the tracer on CPU T. Standard library
+only.
 """
 import argparse
 import os
@@ -64,6 +64,19 @@ def settle(pid, quiet_ns=3_000_000, step=0.1, limit=20.0):
     return last
 
 
+def pin(pid, cpus):
+    """Every thread of a process (and so the threads it makes later) onto cpus."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return
+    for tid in tids:
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:
+            pass
+
+
 def one_run(args, name, binary, extra):
     workdir = tempfile.mkdtemp(prefix="ncclprobe-reader-")
     wl = tp = None
@@ -78,6 +91,9 @@ def one_run(args, name, binary, extra):
         tp = bench.Proc([binary, "record", "--pid", str(wl.pid), "-o", rec] + extra, name)
         if not tp.wait_line(rf"recording process {wl.pid}\b", 30, key="err"):
             raise RuntimeError(f"{name} did not attach:\n{tp.text()}")
+        if args.pin:
+            pin(wl.pid, {args.pin[0]})
+            pin(tp.pid, {args.pin[1]})
         cpu0 = settle(tp.pid)
         wl.send(signal.SIGUSR1)
         m = wl.wait_line(r"^launches (\d+) seconds ([0-9.]+)$", args.seconds + 60, key="out")
@@ -122,10 +138,12 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--depth", type=int, default=20)
-    ap.add_argument("--workers", default="", help="--reader-threads values for BUILD")
     ap.add_argument("--np-args", default="", help="more ncclprobe options, every build")
+    ap.add_argument("--pin", default="",
+                    help="W,T: the workload on CPU W, the tracer on CPU T (a CPU of its own)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    args.pin = [int(x) for x in args.pin.split(",")] if args.pin else None
     if os.geteuid() != 0:
         sys.exit("reader.py: needs root (BPF, uprobes)")
     if not args.python:
@@ -140,12 +158,7 @@ def main():
     configs = []
     if args.previous:
         configs.append((args.previous_label, args.previous, extra))
-    if args.workers:
-        for w in args.workers.split(","):
-            configs.append((f"this, --reader-threads {w}", this,
-                            extra + ["--reader-threads", w.strip()]))
-    else:
-        configs.append(("this", this, extra))
+    configs.append(("this", this, extra))
 
     results = {c[0]: [] for c in configs}
     for rnd in range(args.rounds):
@@ -164,7 +177,8 @@ def main():
          f"{args.depth}, {args.seconds:g} s per run, {os.path.basename(os.path.dirname(os.path.dirname(args.python)))}; "
          f"`ncclprobe record --pid PID {args.np_args}`".rstrip(),
          f"- {args.rounds} interleaved rounds; medians (each run's numbers are above them in "
-         "the log)", "",
+         "the log)" + (f"; workload pinned to CPU {args.pin[0]}, tracer to CPU {args.pin[1]}"
+                       if args.pin else ""), "",
          "| build | made/s | read/s | read per CPU-second | drops | tracer CPU s |",
          "|---|---:|---:|---:|---:|---:|"]
     for name, _, _ in configs:

@@ -6,9 +6,10 @@
 #
 # Environment: BENCH_AGAINST (a git revision: built in build/bench-against, measured beside
 # BUILD), BENCH_READER_ROUNDS (3), BENCH_READER_SECONDS (5), BENCH_READER_THREADS (4),
-# BENCH_READER_DEPTH (20), BENCH_READER_WORKERS (e.g. 0,1,2: BUILD once per
-# --reader-threads value), BENCH_READER_PYTHON (default: newest pyenv 3.12),
-# BENCH_READER_NP_ARGS (more ncclprobe options), BENCH_READER_OUT (bench/results-reader.md).
+# BENCH_READER_DEPTH (20), BENCH_READER_PYTHON (default: newest pyenv 3.12),
+# BENCH_READER_NP_ARGS (more ncclprobe options), BENCH_READER_ARGS (more reader.py options,
+# e.g. --pin 0,1: the workload on CPU 0, the tracer on CPU 1), BENCH_READER_OUT
+# (bench/results-reader.md).
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -30,5 +31,5 @@ PYARG=()
 exec /usr/bin/python3 "$HERE/reader.py" --build "$BUILD" "${PREVIOUS[@]}" "${PYARG[@]}" \
     --rounds "${BENCH_READER_ROUNDS:-3}" --seconds "${BENCH_READER_SECONDS:-5}" \
     --threads "${BENCH_READER_THREADS:-4}" --depth "${BENCH_READER_DEPTH:-20}" \
-    --workers "${BENCH_READER_WORKERS:-}" --np-args="${BENCH_READER_NP_ARGS:-}" \
-    --out "${BENCH_READER_OUT:-$HERE/results-reader.md}"
+    --np-args="${BENCH_READER_NP_ARGS:-}" \
+    --out "${BENCH_READER_OUT:-$HERE/results-reader.md}" ${BENCH_READER_ARGS:-}
