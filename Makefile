@@ -117,6 +117,8 @@ $(BUILD)/libncclprobe_cupti.so: $(CUPTI_OBJS)
 # Only pc-relative relocations may appear before the link: the blob runs
 # wherever the code cave is. Not the sanitizers' flags: it runs in the target.
 STUB_C := src/inject/stub.c
+# The stub is built by gcc even when CC is clang (make fuzz): its flags are gcc's.
+STUB_CC ?= gcc
 STUB_DIR := $(BUILD)/stub
 STUB_CFLAGS := -Os -fPIE -ffreestanding -fno-builtin -nostdlib -fno-stack-protector \
 	-fno-asynchronous-unwind-tables -fno-unwind-tables -fcf-protection=none -fno-jump-tables \
@@ -124,11 +126,11 @@ STUB_CFLAGS := -Os -fPIE -ffreestanding -fno-builtin -nostdlib -fno-stack-protec
 
 $(STUB_DIR)/stub.o: $(STUB_C) src/inject/stub_abi.h
 	@mkdir -p $(@D)
-	$(CC) $(STUB_CFLAGS) -c $< -o $@
+	$(STUB_CC) $(STUB_CFLAGS) -c $< -o $@
 
 $(STUB_DIR)/stub_entry.o: src/inject/stub_entry.S src/inject/stub_abi.h
 	@mkdir -p $(@D)
-	$(CC) $(STUB_CFLAGS) -c $< -o $@
+	$(STUB_CC) $(STUB_CFLAGS) -c $< -o $@
 
 $(STUB_DIR)/stub.bin: $(STUB_DIR)/stub_entry.o $(STUB_DIR)/stub.o src/inject/stub.lds
 	@if readelf -rW $(STUB_DIR)/stub_entry.o $(STUB_DIR)/stub.o | \
@@ -231,7 +233,8 @@ check: $(E2E_DEPS)
 endif
 
 # Unit and end-to-end tests, on the normal build and again on the
-# AddressSanitizer/UBSan build (LeakSanitizer fails a run that leaks).
+# AddressSanitizer/UBSan build (LeakSanitizer fails a run that leaks), then
+# each fuzzer a few seconds on its seed corpus (fuzz/fuzz.mk).
 # Every include and call points down the data flow (tools/check-layers.py:
 # lib < wire formats < attach < unwind/symbolize < ingest < correlate <
 # writers/recording/report/merge < session < cli/daemon).
@@ -240,6 +243,7 @@ check-layers: $(BUILD)/ncclprobe $(CUPTI_LIB)
 
 test: check-layers test-unit test-e2e
 	$(MAKE) SAN=1 test-unit test-e2e
+	$(MAKE) fuzz-smoke
 
 $(BUILD)/join_bench: bench/join_bench.c src/correlate/gpu.c src/lib/hashmap.c $(HEADERS)
 	$(CC) $(CFLAGS) $(WARN) $(CPPFLAGS) -o $@ bench/join_bench.c src/correlate/gpu.c src/lib/hashmap.c
@@ -271,7 +275,7 @@ bench: $(BUILD)/ncclprobe $(BUILD)/progs/.built $(BUILD)/unwind_bench $(BUILD)/j
 bench-cost: $(BUILD)/ncclprobe $(BUILD)/progs/.built
 	bench/cost.sh $(BUILD)
 
-FORMATTED := $(BPF_SRC) bpf/discover.bpf.c $(SRCS) $(STUB_C) $(HEADERS) $(CUPTI_SRCS) tests/unit/*.[ch] $(wildcard tests/progs/*.[ch] \
+FORMATTED := $(BPF_SRC) bpf/discover.bpf.c $(SRCS) $(STUB_C) $(HEADERS) $(CUPTI_SRCS) tests/unit/*.[ch] fuzz/*.[ch] $(wildcard tests/progs/*.[ch] \
 	tests/progs/*.cc tools/demo/*.[ch] tools/demo/standin/*.[ch] bench/*.c)
 
 format:
@@ -286,3 +290,6 @@ clean:
 # make deb, make install: packaging/packaging.mk
 include packaging/packaging.mk
 
+
+# make fuzz, make fuzz-smoke: fuzz/fuzz.mk
+include fuzz/fuzz.mk

@@ -6,6 +6,7 @@ set -euo pipefail
 
 packages=(
     make gcc g++ clang llvm pkg-config           # build (clang: the BPF backend)
+    libclang-rt-14-dev                           # make fuzz: clang's libFuzzer and sanitizers
     libbpf-dev bpftool                           # BPF loading, skeletons
     libelf-dev libdw-dev elfutils zlib1g-dev     # ELF symbols, libdw symbolization
     libcjson-dev                                 # summary.json

@@ -59,6 +59,8 @@ static const struct np_map *wanted_names(void) {
 static int strtab_may_match(Elf_Data *strs) {
     static const char *const needles[] = {"Launch",          "nccl",         "GetKernel", "GetFunc",
                                           "_dl_debug_state", "Py_FinalizeEx"};
+    if (!strs->d_buf || !strs->d_size) /* SHT_NOBITS, or an empty table: nothing to match */
+        return 0;
     for (size_t i = 0; i < sizeof(needles) / sizeof(needles[0]); i++)
         if (memmem(strs->d_buf, strs->d_size, needles[i], strlen(needles[i])))
             return 1;

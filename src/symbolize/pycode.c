@@ -78,7 +78,8 @@ int np_py_line_310(const uint8_t *table, size_t len, int firstlineno, int addr) 
         end += table[i];
         int cur = -1;
         if (ldelta != -128) {
-            line += ldelta;
+            if (__builtin_add_overflow(line, ldelta, &line))
+                return -1; /* a line past INT_MAX: not a real table */
             cur = line;
         }
         if (start == end)
@@ -118,22 +119,25 @@ int np_py_line_311(const uint8_t *table, size_t len, int firstlineno, int addr) 
         int kind = (first >> 3) & 15;
         int start = end, cur = line;
         end += ((first & 7) + 1) * 2; /* code units of 2 bytes */
-        if (kind == 15) {             /* NONE: no line */
+        int delta = 0;
+        if (kind == 15) { /* NONE: no line */
             cur = -1;
         } else if (kind == 14) { /* LONG: line delta, end line, column, end column */
-            line += read_svarint(table, len, &pos);
+            delta = read_svarint(table, len, &pos);
             for (int i = 0; i < 3; i++)
                 read_varint(table, len, &pos);
-            cur = line;
         } else if (kind == 13) { /* NO_COLUMNS */
-            line += read_svarint(table, len, &pos);
-            cur = line;
+            delta = read_svarint(table, len, &pos);
         } else if (kind >= 10) { /* ONE_LINE0..2: column, end column */
-            line += kind - 10;
+            delta = kind - 10;
             pos += 2;
-            cur = line;
         } else { /* SHORT: one byte of columns */
             pos += 1;
+        }
+        if (kind >= 10 && kind != 15) {
+            if (__builtin_add_overflow(line, delta, &line))
+                return -1; /* a line past INT_MAX: not a real table */
+            cur = line;
         }
         if (start <= addr && addr < end)
             return cur;
