@@ -1,0 +1,428 @@
+"""The fault matrix (issue 24): real processes, real BPF, each fault once.
+
+Whatever the fault, the expected result is the same: a clear message, nothing
+already captured lost or corrupt, the target never blocked or crashed (its own
+exit status and launch counts are what they are without ncclprobe), and the
+counters adding up (every probe hit captured or counted as dropped).
+
+Faults covered elsewhere, and where: disk full during record
+(test_fresh_host.py), ring-buffer overflow (test_record.py), SIGKILL of
+ncclprobe during injection (test_live_agent.py, test_inject.py) and of the
+daemon (test_daemon.py), hostile CUPTI socket clients (test_sockets.py,
+tests/unit/gpu_socket_unit.c and fuzz/gpu_wire_fuzz.c)."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from lib.paths import NCCLPROBE, PROGS
+from lib.processes import thread_lines, wait_for, Workload
+from lib.run import Attached, attach_and_go, record, record_attached, run_ncclprobe, sanitizer_said
+from lib.skip import needs_bpf, needs_real_cudart, needs_replay
+
+CUDART = "/usr/local/cuda/lib64/libcudart.so.13"
+PY_LAUNCH = Path(__file__).parent / "progs" / "py_launch.py"
+
+pytestmark = [needs_bpf, needs_real_cudart]
+
+
+def assert_counters_add_up(rec):
+    totals = rec.summary["totals"]
+    assert totals["events_captured"] + totals["events_dropped"] == totals["probe_hits"], totals
+    assert totals["malformed_records"] == 0, totals
+
+
+def launches_per_tid(rec):
+    got = {}
+    for _, _, _, tid, _, _ in rec.ext_lines():
+        got[tid] = got.get(tid, 0) + 1
+    return got
+
+
+def truth_per_tid(stdout):
+    want = {}
+    for (tid, _), n in thread_lines(stdout).items():
+        want[tid] = want.get(tid, 0) + n
+    return want
+
+
+def test_target_exits_during_attach(tmp_path):
+    """Processes that launch and exit while ncclprobe attaches: ncclprobe ends on
+    its own with a clear word on what happened, never hangs, and the target's exit
+    status is untouched."""
+    for i in range(4):
+        target = subprocess.Popen([PROGS / "launcher", "--iters", "20", "--variant", "rt"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.002 * i)
+        rec = record(tmp_path, ["--pid", target.pid], timeout=60, name=f"rec{i}")
+        out, err = target.communicate(timeout=30)
+        assert target.returncode == 0, err
+        assert not sanitizer_said(rec.stderr), rec.stderr
+        assert rec.returncode in (0, 1), rec.stderr
+        if rec.returncode == 1:  # gone before the probes were in: said, nothing written
+            assert "error:" in rec.stderr and str(target.pid) in rec.stderr, rec.stderr
+        else:  # attached: what it saw adds up, and is no more than was launched
+            assert_counters_add_up(rec)
+            assert rec.summary["totals"]["launches"] <= sum(truth_per_tid(out).values())
+
+
+def test_1000_threads_every_launch_on_its_thread(tmp_path, workloads):
+    """1000 threads launching at once: every launch counted on the thread that made it."""
+    w = Workload([PROGS / "launcher", "--wait-signal", "--threads", "1000", "--iters", "3",
+                  "--variant", "rt"])
+    workloads.append(w)
+    rec, out, _ = record_attached(tmp_path, w)
+    assert rec.returncode == 0, rec.stderr
+    want = truth_per_tid(out)
+    assert len(want) == 1000
+    assert launches_per_tid(rec) == want
+    assert_counters_add_up(rec)
+    assert rec.summary["totals"]["events_dropped"] == 0
+
+
+def test_two_ncclprobe_instances_on_one_process(tmp_path, workloads):
+    """Two ncclprobe attached to the same process: each records every launch, with
+    the same stacks; neither disturbs the other or the target."""
+    w = Workload([PROGS / "launcher", "--wait-signal", "--threads", "2", "--iters", "200",
+                  "--variant", "rt,drv"])
+    workloads.append(w)
+    first = Attached(tmp_path, [w.pid], name="first")
+    first.wait_attached()
+    second = Attached(tmp_path, [w.pid], name="second")
+    second.wait_attached()
+    w.go()
+    out, _ = w.finish()
+    recs = [first.finish(), second.finish()]
+    want = truth_per_tid(out)
+    for rec in recs:
+        assert rec.returncode == 0, rec.stderr
+        assert launches_per_tid(rec) == want
+        assert_counters_add_up(rec)
+    assert recs[0].folded() == recs[1].folded()
+
+
+@pytest.mark.skipif(shutil.which("bpftrace") is None, reason="no bpftrace")
+def test_with_bpftrace_on_the_same_function(tmp_path, workloads):
+    """bpftrace counting cudaLaunchKernel of the same process while ncclprobe traces it:
+    both see every launch."""
+    w = Workload([PROGS / "launcher", "--wait-signal", "--threads", "2", "--iters", "300",
+                  "--variant", "rt"])
+    workloads.append(w)
+    script = (f'uprobe:{CUDART}:cudaLaunchKernel /pid == {w.pid}/ {{ @c = count(); }} '
+              'END { print(@c); clear(@c); }')
+    bt = subprocess.Popen(["bpftrace", "-e", script], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: "Attaching" in (bt.stdout.readline() or "") or bt.poll() is not None,
+                 60, "bpftrace to attach")
+        assert bt.poll() is None, bt.stderr.read()
+        probe, _ = attach_and_go(tmp_path, w)
+        out, _ = w.finish()
+        rec = probe.finish()
+    finally:
+        bt.send_signal(signal.SIGINT)
+        bt_out, bt_err = bt.communicate(timeout=60)
+    launched = sum(truth_per_tid(out).values())
+    assert launched == 2 * 300
+    assert rec.returncode == 0, rec.stderr
+    assert rec.summary["totals"]["launches"] == launched
+    assert_counters_add_up(rec)
+    assert f"@c: {launched}" in bt_out, (bt_out, bt_err)
+
+
+def test_read_only_output_directory(tmp_path):
+    """An output directory on a read-only file system: a clear error naming it, exit 1,
+    and the command is not started (nothing runs untraced by surprise)."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    marker = tmp_path / "ran"
+    script = (f'mount -t tmpfs -o size=64k,ro npro {ro} && '
+              f'"$@" > {tmp_path}/stdout 2> {tmp_path}/stderr; echo $? > {tmp_path}/rc')
+    subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "ro",
+                    str(NCCLPROBE), "record", "-o", f"{ro}/rec", "--", "touch", str(marker)],
+                   check=True, timeout=60)
+    stderr = (tmp_path / "stderr").read_text()
+    assert int((tmp_path / "rc").read_text()) == 1, stderr
+    assert f"{ro}/rec" in stderr and "Read-only file system" in stderr, stderr
+    assert not sanitizer_said(stderr), stderr
+    assert not marker.exists()
+
+
+def build_long_symbol_program(tmp_path, name_len):
+    """A program whose launching function's name is name_len bytes long."""
+    name = "f" + "".join("abcdefghij"[i % 10] for i in range(name_len - 1))
+    src = tmp_path / "longname.c"
+    src.write_text(f"""
+#include <stddef.h>
+struct dim3 {{ unsigned x, y, z; }};
+int cudaLaunchKernel(const void *, struct dim3, struct dim3, void **, size_t, void *);
+static char kernel;
+__attribute__((noinline)) void {name}(int n) {{
+    struct dim3 g = {{1, 1, 1}}, b = {{32, 1, 1}};
+    for (int i = 0; i < n; i++)
+        cudaLaunchKernel(&kernel, g, b, NULL, 0, NULL);
+    __asm__ volatile("" ::: "memory");
+}}
+int main(void) {{ {name}(25); return 0; }}
+""")
+    exe = tmp_path / "longname"
+    cudart_dir = os.path.dirname(CUDART)
+    subprocess.run(["gcc", "-O1", "-g", "-fno-omit-frame-pointer", "-o", exe, src,
+                    f"-L{cudart_dir}", f"-Wl,-rpath,{cudart_dir}", "-l:libcudart.so.13"],
+                   check=True, timeout=120)
+    return exe, name
+
+
+def test_symbol_name_of_100_KiB(tmp_path):
+    """A function whose name is 100 KiB long launches: every launch is recorded with
+    the rest of its stack intact, and every output stays valid."""
+    exe, name = build_long_symbol_program(tmp_path, 100 * 1024)
+    rec = record(tmp_path, ["--", exe], timeout=120)
+    assert rec.returncode == 0, rec.stderr[-2000:]
+    rows = rec.ext_lines()
+    assert len(rows) == 25
+    # docs/output-formats.md: a name is cut to its first 1023 bytes
+    want = ["main", name[:1023], "cudaLaunchKernel", "[GPU_Kernel]kernel"]
+    for *_, frames in rows:
+        assert frames[-4:] == want, [f[:80] for f in frames]
+    for line in rec.text("launches.jsonl").splitlines():
+        json.loads(line)
+    for line in rec.text("stacks.jsonl").splitlines():
+        json.loads(line)
+    assert_counters_add_up(rec)
+
+
+def test_comm_and_paths_with_newlines_and_invalid_utf8(tmp_path):
+    """A Python script in a directory whose name holds a newline and bytes that are
+    not UTF-8, run as a thread whose name holds them too: one line per launch in
+    stacks.ext.folded, every JSON output valid, the frame names kept apart."""
+    weird_dir = Path(os.fsdecode(bytes(tmp_path) + b"/we\nird \xff\xfe dir"))
+    weird_dir.mkdir()
+    script = weird_dir / "la\nunch\xe9.py"
+    script.write_text(PY_LAUNCH.read_text().replace(
+        "ARGS = parse_args()",
+        "import ctypes as _c\n"
+        "_c.CDLL(None).prctl(15, _c.c_char_p(b'c\\nm\\xff;d x'), 0, 0, 0)\n"
+        "ARGS = parse_args()", 1))
+    rec = record(tmp_path, ["--", sys.executable, script, "--iters", "12"], timeout=120)
+    assert rec.returncode == 0, rec.stderr
+    raw = (rec.path / "stacks.ext.folded").read_bytes()
+    assert raw.count(b"\n") == 12 and raw.endswith(b"\n")
+    rows = rec.ext_lines()
+    assert len(rows) == 12
+    for _, comm, pid, tid, cpu, frames in rows:
+        assert comm.startswith("c_m") and " " not in comm and ";" not in comm, comm
+        assert any("Model.forward" in f for f in frames), frames
+    summary = json.loads((rec.path / "summary.json").read_bytes())
+    assert summary["totals"]["launches"] == 12
+    for name in ("launches.jsonl", "stacks.jsonl"):
+        lines = (rec.path / name).read_bytes().splitlines()
+        assert lines and all(json.loads(line) is not None for line in lines)
+    assert_counters_add_up(rec)
+
+
+FORK_AND_LAUNCH = r"""
+import ctypes, os, sys
+class dim3(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+rt = ctypes.CDLL(sys.argv[1])
+rt.cudaLaunchKernel.argtypes = [ctypes.c_void_p, dim3, dim3, ctypes.c_void_p, ctypes.c_size_t,
+                                ctypes.c_void_p]
+def launch(n):
+    for _ in range(n):
+        rt.cudaLaunchKernel(0x1234, dim3(1, 1, 1), dim3(32, 1, 1), None, 0, None)
+launch(10)
+kids = []
+for k in range(3):
+    pid = os.fork()
+    if pid == 0:
+        launch(7)
+        os._exit(42)
+    kids.append(pid)
+statuses = [os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in kids]
+launch(5)
+print("children", statuses, flush=True)
+"""
+
+
+def test_target_forks_and_the_children_launch(tmp_path):
+    """`record -- CMD` follows CMD, not what it forks (README): the children, which
+    inherit the probed code, run their launches unharmed and exit as they mean to;
+    the parent's launches before and after the forks are all recorded."""
+    script = tmp_path / "fork_launch.py"
+    script.write_text(FORK_AND_LAUNCH)
+    rec = record(tmp_path, ["--", sys.executable, script, CUDART], timeout=120)
+    assert rec.returncode == 0, rec.stderr
+    assert "children [42, 42, 42]" in rec.stdout
+    pids = {pid for _, _, pid, _, _, _ in rec.ext_lines()}
+    assert len(pids) == 1
+    assert rec.summary["totals"]["launches"] == 15
+    assert_counters_add_up(rec)
+
+
+EXEC_AFTER_LAUNCHES = r"""
+import ctypes, os, sys
+class dim3(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+rt = ctypes.CDLL(sys.argv[1])
+rt.cudaLaunchKernel.argtypes = [ctypes.c_void_p, dim3, dim3, ctypes.c_void_p, ctypes.c_size_t,
+                                ctypes.c_void_p]
+def before_exec(n):
+    for _ in range(n):
+        rt.cudaLaunchKernel(0x1234, dim3(1, 1, 1), dim3(32, 1, 1), None, 0, None)
+before_exec(9)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def test_target_execs_mid_trace(tmp_path):
+    """A process that launches, then execs another program that launches: both
+    images' launches are recorded under the one pid, each with its own stack."""
+    script = tmp_path / "exec_launch.py"
+    script.write_text(EXEC_AFTER_LAUNCHES)
+    rec = record(tmp_path, ["--", sys.executable, script, CUDART, PROGS / "launcher",
+                            "--iters", "11", "--variant", "rt"], timeout=120)
+    assert rec.returncode == 0, rec.stderr
+    rows = rec.ext_lines()
+    before = [f for *_, f in rows if any("before_exec" in x for x in f)]
+    after = [f for *_, f in rows if "run_worker" in f]
+    assert len(before) == 9 and len(after) == 11, [r[-1][-4:] for r in rows]
+    assert len(rows) == 20
+    assert_counters_add_up(rec)
+
+
+@needs_replay
+def test_cupti_clients_flooding_and_disconnecting_mid_frame(tmp_path):
+    """While the CUPTI TEST DOUBLE's app runs its scenario, 300 clients connect to the
+    socket at once (past the 256 the server keeps), each stops in the middle of a frame,
+    half of them hang up there, and one floods frames of random bytes: the real
+    library's launches all join their GPU records, and each rogue is counted."""
+    from test_gpu_join import check_launches, check_merged, hello, record_waiting_app
+    proc, out, sock, expect, pid = record_waiting_app(tmp_path, ["--scenario", "mixed",
+                                                                 "--iters", "5"])
+    rogues = []
+    try:
+        for i in range(300):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(str(sock))
+            s.sendall(hello(os.getpid())[: 7 + i % 40])  # cut inside the HELLO frame
+            rogues.append(s)
+        flood = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        flood.settimeout(2)
+        try:
+            flood.connect(str(sock))
+            for _ in range(64):
+                flood.sendall(os.urandom(65536))
+        except OSError:
+            pass  # refused, or closed on the first bad frame: both are the server's to do
+        for s in rogues[::2]:
+            s.close()
+        os.kill(pid, signal.SIGUSR1)  # the app runs its scenario
+        _, err = proc.communicate(timeout=90)
+    finally:
+        for s in rogues:
+            s.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert not sanitizer_said(err), err
+    check_launches(out, expect)
+    check_merged(out, expect)
+    gpu = json.loads((out / "summary.json").read_text())["gpu"]
+    assert gpu["clients_accepted"] == 1, gpu
+    assert gpu["rejected"]["too_many_clients"] >= 300 - 256, gpu
+
+
+DLCLOSE_AND_RELOAD = r"""
+import _ctypes, ctypes, os, sys
+class dim3(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_long]
+def base_of(path):
+    path = os.path.realpath(path)
+    for line in open("/proc/self/maps"):
+        if line.rstrip().endswith(path):
+            return int(line.split("-")[0], 16)
+    return None
+def launch_from(n):
+    rt = ctypes.CDLL(sys.argv[1])
+    rt.cudaLaunchKernel.argtypes = [ctypes.c_void_p, dim3, dim3, ctypes.c_void_p,
+                                    ctypes.c_size_t, ctypes.c_void_p]
+    for _ in range(n):
+        rt.cudaLaunchKernel(0x1234, dim3(1, 1, 1), dim3(32, 1, 1), None, 0, None)
+    return rt
+first = launch_from(6)
+old = base_of(sys.argv[1])
+_ctypes.dlclose(first._handle)
+del first
+gone = base_of(sys.argv[1]) is None
+# Keep the old place taken (PROT_NONE, MAP_PRIVATE|MAP_ANONYMOUS|MAP_FIXED_NOREPLACE), so the
+# library comes back somewhere else.
+libc.mmap(old, 4096, 0, 0x02 | 0x20 | 0x100000, -1, 0)
+second = launch_from(8)
+print("bases", hex(old), hex(base_of(sys.argv[1])), "unloaded", gone, flush=True)
+"""
+
+
+def test_library_dlclosed_and_loaded_again_elsewhere(tmp_path):
+    """libcudart dlclose()d after launches, then dlopen()ed again at another address and
+    launching: both placements' launches are recorded with whole, named stacks."""
+    script = tmp_path / "reload.py"
+    script.write_text(DLCLOSE_AND_RELOAD)
+    rec = record(tmp_path, ["--", sys.executable, script, CUDART], timeout=120)
+    assert rec.returncode == 0, rec.stderr
+    words = rec.stdout.split()
+    old, new, unloaded = words[1], words[2], words[4]
+    if unloaded != "True":
+        pytest.skip("libcudart stayed mapped after dlclose here")
+    assert old != new
+    rows = rec.ext_lines()
+    assert len(rows) == 14
+    for *_, frames in rows:
+        assert frames[-2] == "cudaLaunchKernel", frames[-4:]
+        assert any("launch_from" in f for f in frames), frames
+    assert_counters_add_up(rec)
+
+
+def test_sigkill_during_convert_loses_nothing(tmp_path):
+    """`ncclprobe convert` killed with SIGKILL at several moments of its work: the
+    recording it reads is untouched each time, and the next convert writes exactly
+    what an undisturbed one writes, with nothing half-written left behind."""
+    rec = record(tmp_path, ["--", PROGS / "launcher", "--threads", "2", "--iters", "6000",
+                            "--variant", "rt,drv"], timeout=180)
+    assert rec.returncode == 0, rec.stderr
+    reference = tmp_path / "reference"
+    shutil.copytree(rec.path, reference)
+    done = run_ncclprobe(["convert", reference, "--format", "all"], timeout=180)
+    assert done.returncode == 0, done.stderr
+    sources = ("stacks.ext.folded", "launches.jsonl", "stacks.jsonl", "summary.json")
+    before = {n: (rec.path / n).read_bytes() for n in sources}
+
+    killed = 0
+    for delay_ms in (5, 40, 120, 300, 600):
+        p = subprocess.Popen([str(NCCLPROBE), "convert", str(rec.path), "--format", "all"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(delay_ms / 1000)
+        if p.poll() is None:
+            p.kill()
+            killed += 1
+        p.wait(timeout=60)
+        assert {n: (rec.path / n).read_bytes() for n in sources} == before
+    assert killed >= 2  # the convert is long enough to be caught in the middle
+    final = run_ncclprobe(["convert", rec.path, "--format", "all"], timeout=180)
+    assert final.returncode == 0, final.stderr
+    assert sorted(os.listdir(rec.path)) == sorted(os.listdir(reference))
+    for name in ("launches.folded", "merged.folded", "trace.json", "profile.pb.gz"):
+        assert (rec.path / name).read_bytes() == (reference / name).read_bytes(), name
