@@ -426,3 +426,55 @@ def test_sigkill_during_convert_loses_nothing(tmp_path):
     assert sorted(os.listdir(rec.path)) == sorted(os.listdir(reference))
     for name in ("launches.folded", "merged.folded", "trace.json", "profile.pb.gz"):
         assert (rec.path / name).read_bytes() == (reference / name).read_bytes(), name
+
+
+def test_daemon_sigkill_during_a_window_then_restart(tmp_path):
+    """The daemon killed with SIGKILL while a window streams a traced process's launches:
+    the process runs on untouched; the set on disk holds whole lines but for at most the
+    last one, the launches up to about a second before the kill, each a valid stack; the
+    recording tools read it with a clear word on what is missing; a new daemon on the same
+    directories starts, traces the process again and leaves the old set as it was."""
+    from lib.daemon import comm_link, Daemon, launcher, RT_CHAIN, has_chain
+    workloads = []
+    d = Daemon(tmp_path / "d1", include_comm="npk9w", aggregate="no")
+    try:
+        p = launcher(workloads, "--loop-until-signal", "--sleep-us", "1000",
+                     exe=comm_link(tmp_path, "npk9w"))
+        d.wait_traced(p.pid)
+        p.go()
+        assert d.ctl("start", "--duration", "60").returncode == 0
+        time.sleep(3.0)
+        d.signal(signal.SIGKILL)
+        d.proc.wait(timeout=10)
+        killed_at = time.monotonic()
+        (name, window), = d.sets(p.pid).items()
+        assert window is None  # killed before the window ended: no window.json
+        set_dir = d.out / name
+        raw = (set_dir / "stacks.ext.folded").read_bytes()
+        lines = raw.split(b"\n")
+        whole = lines[:-1]  # the last element: b"" or a line cut by the kill
+        assert len(whole) > 1000  # ~1000 launches/s for 3 s, at most the last second lost
+        for line in whole:
+            ts, comm, pid, tid, cpu, stack = line.decode().split(" ", 5)
+            assert comm == "npk9w" and int(pid) == p.pid
+            assert has_chain(stack.split(";"), RT_CHAIN), stack
+        conv = run_ncclprobe(["convert", set_dir, "--format", "folded"], timeout=120)
+        assert not sanitizer_said(conv.stderr), conv.stderr
+        if conv.returncode != 0:
+            assert "error:" in conv.stderr and str(set_dir) in conv.stderr, conv.stderr
+
+        d2 = Daemon(tmp_path / "d1", include_comm="npk9w", aggregate="no")
+        try:
+            d2.wait_traced(p.pid)
+            assert (set_dir / "stacks.ext.folded").read_bytes()[:len(raw)] == raw
+            assert p.proc.poll() is None  # never blocked, never killed
+            assert time.monotonic() - killed_at < 60
+        finally:
+            d2.terminate()
+            d2.assert_clean()
+        assert p.launched(signal.SIGUSR2) > len(whole)
+    finally:
+        d.kill()
+        for w in workloads:
+            if w.proc.poll() is None:
+                w.proc.kill()
