@@ -478,3 +478,51 @@ def test_daemon_sigkill_during_a_window_then_restart(tmp_path):
         for w in workloads:
             if w.proc.poll() is None:
                 w.proc.kill()
+
+
+def test_daemon_disk_full_during_a_window_then_space_again(tmp_path):
+    """The daemon's output directory fills up (a 256 KiB tmpfs in its own mount
+    namespace) while a window streams: the daemon says so, goes on tracing, the target
+    runs on; once space is freed the next window's set is written whole."""
+    from lib.daemon import comm_link, Daemon, launcher
+    out = tmp_path / "full"
+    out.mkdir()
+    prefix = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+              f'mount -t tmpfs -o size=256k npdfull {out} && exec "$@"', "full"]
+    workloads = []
+    d = Daemon(tmp_path / "d", prefix=prefix, include_comm="npdfull", aggregate="no",
+               output_dir=out)
+    try:
+        seen = Path(f"/proc/{d.pid}/root") / str(out).lstrip("/")  # the daemon's view
+        p = launcher(workloads, "--loop-until-signal", "--sleep-us", "200",
+                     exe=comm_link(tmp_path, "npdfull"))
+        d.wait_traced(p.pid)
+        p.go()
+        assert d.ctl("start", "--duration", "3").returncode == 0
+        wait_for(lambda: "No space left on device" in d.stderr(), 30, "the disk-full message")
+        wait_for(lambda: not d.status()["window"]["open"], 30, "the window to end")
+        assert d.target(p.pid)["probes"] > 0  # still traced
+        assert p.proc.poll() is None
+
+        for child in seen.iterdir():
+            shutil.rmtree(child)
+        assert d.ctl("start").returncode == 0
+        time.sleep(0.3)
+        stop = d.ctl("stop")
+        assert stop.returncode == 0, stop
+        sets = json.loads(stop.stdout)["sets"]
+        assert len(sets) == 1
+        window = wait_for(lambda: (seen / Path(sets[0]).name / "window.json").exists()
+                          and json.loads((seen / Path(sets[0]).name / "window.json")
+                                         .read_text()), 30, "the second window's set")
+        assert window["totals"]["launches"] > 0
+        assert window.get("files", {}).get("per_launch_complete", True) is True, window
+        assert d.proc.poll() is None
+        assert p.launched(signal.SIGUSR2) > 0
+    finally:
+        rc, _ = d.terminate()
+        d.assert_clean()
+        for w in workloads:
+            if w.proc.poll() is None:
+                w.proc.kill()
+    assert rc == 0
