@@ -526,3 +526,47 @@ def test_daemon_disk_full_during_a_window_then_space_again(tmp_path):
             if w.proc.poll() is None:
                 w.proc.kill()
     assert rc == 0
+
+
+@pytest.mark.skipif(shutil.which("perf") is None, reason="no perf")
+def test_with_perf_probe_on_the_same_function(tmp_path, workloads):
+    """A perf uprobe event (perf probe, counted by perf stat) on cudaLaunchKernel of the
+    process ncclprobe traces: perf counts every launch and so does ncclprobe. perf's event
+    needs tracefs: it is mounted in a mount namespace of this test's own, and the event
+    is deleted afterwards (uprobe_events is the kernel's, not the namespace's)."""
+    w = Workload([PROGS / "launcher", "--wait-signal", "--threads", "2", "--iters", "250",
+                  "--variant", "rt"])
+    workloads.append(w)
+    group = f"npfault{os.getpid()}"
+    script = (f'mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null; '
+              f'perf probe -q -x {CUDART} -a {group}:launch=cudaLaunchKernel && '
+              f'{{ perf stat -x, -e {group}:launch -p {w.pid} -o {tmp_path}/perf.csv & '
+              f'echo started; wait; }}; '
+              f'perf probe -q -d "{group}:*"')
+    perf = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                             script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = perf.stdout.readline()
+        assert line.startswith("started"), line + perf.stderr.read()
+        time.sleep(0.5)  # perf stat opens its event
+        probe, _ = attach_and_go(tmp_path, w)
+        out, _ = w.finish()
+        rec = probe.finish()
+        _, perf_err = perf.communicate(timeout=60)  # perf stat ends with its target
+    finally:
+        if perf.poll() is None:
+            perf.kill()
+            perf.wait()
+    launched = sum(truth_per_tid(out).values())
+    assert launched == 2 * 250
+    assert rec.returncode == 0, rec.stderr
+    assert rec.summary["totals"]["launches"] == launched
+    assert_counters_add_up(rec)
+    counts = [line.split(",") for line in (tmp_path / "perf.csv").read_text().splitlines()
+              if f"{group}:launch" in line]
+    assert counts and int(counts[0][0]) == launched, (counts, perf_err)
+    events = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                             "mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null; "
+                             "cat /sys/kernel/tracing/uprobe_events"],
+                            capture_output=True, text=True, timeout=30)
+    assert events.returncode == 0 and group not in events.stdout  # perf's event is gone
