@@ -179,8 +179,7 @@ static void on_child_event(struct recording *r) {
     struct np_target *t = np_session_find_target(s, r->child.pid);
     if (t && !t->in.sym)
         np_session_on_new_mapping(s, t, 0);
-    s->ingest.budget = 0;
-    ring_buffer__consume(s->rb);
+    np_session_read_all(s);
     np_child_let_exit(&r->child);
 }
 
@@ -207,11 +206,7 @@ static int run_loop(struct recording *r) {
             return -errno;
         /* Drain first (records of a process that just exited are still
          * queued), but in bounded slices so signals and timers stay live. */
-        s->ingest.budget = CONSUME_BUDGET;
-        int err = ring_buffer__consume(s->rb);
-        s->backlog = err == NP_INGEST_YIELD;
-        if (err < 0 && err != NP_INGEST_YIELD && err != -EINTR)
-            np_warn("reading the ring buffer: %s", strerror(-err));
+        np_session_read(s, CONSUME_BUDGET);
         for (int i = 0; i < n; i++) {
             uint64_t tag = evs[i].data.u64;
             if (tag == NP_TAG_SIGNAL) {

@@ -29,24 +29,33 @@ void np_ingest_free(struct np_ingest *in) {
     np_str_free(&in->stack.folded);
     np_str_free(&in->stack.detailed);
     np_str_free(&in->stack.locations);
+    np_backlog_free(&in->backlog);
     free(in->stats.per_probe);
     in->stats.per_probe = NULL;
     in->stats.per_probe_len = 0;
+    free(in->stats.per_probe_backlog_dropped);
+    in->stats.per_probe_backlog_dropped = NULL;
+    in->stats.per_probe_backlog_dropped_len = 0;
+}
+
+/* (*counts)[id]++, the array grown (zeroed) to hold id. */
+static void count_by_id(uint64_t **counts, size_t *len, uint32_t id) {
+    if (id >= *len) {
+        size_t n = *len ? *len : 64;
+        while (n <= id)
+            n *= 2;
+        uint64_t *p = realloc(*counts, n * sizeof(*p));
+        if (!p)
+            return;
+        memset(p + *len, 0, (n - *len) * sizeof(*p));
+        *counts = p;
+        *len = n;
+    }
+    (*counts)[id]++;
 }
 
 static void count_probe(struct np_ingest *in, uint32_t id) {
-    if (id >= in->stats.per_probe_len) {
-        size_t len = in->stats.per_probe_len ? in->stats.per_probe_len : 64;
-        while (len <= id)
-            len *= 2;
-        uint64_t *p = realloc(in->stats.per_probe, len * sizeof(*p));
-        if (!p)
-            return;
-        memset(p + in->stats.per_probe_len, 0, (len - in->stats.per_probe_len) * sizeof(*p));
-        in->stats.per_probe = p;
-        in->stats.per_probe_len = len;
-    }
-    in->stats.per_probe[id]++;
+    count_by_id(&in->stats.per_probe, &in->stats.per_probe_len, id);
 }
 
 /* The record's caller (its return address) is code of the process's
@@ -189,16 +198,20 @@ static void add_nccl_comm_id(const struct np_probe_site *site, struct np_launch 
         np_nccl_comm_id_decode(layout, l->ev->deref, layout->cfg.comm_len, &l->comm_id);
 }
 
-static void handle_launch(struct np_ingest *in, const struct np_launch_event *e, size_t size) {
-    if (size < NP_LAUNCH_FIXED_SIZE || e->n_ips > NP_MAX_STACK ||
-        e->stack_len > NP_MAX_STACK_BYTES || ((e->flags & NP_LF_STACK_COPY) && e->n_ips < 1) ||
-        size < NP_LAUNCH_FIXED_SIZE + (size_t)e->n_ips * 8 + e->stack_len ||
-        e->n_py > NP_PY_MAX_FRAMES ||
-        size < NP_LAUNCH_FIXED_SIZE + (size_t)np_launch_py_index(e->n_ips, e->stack_len) * 8 +
-                   (size_t)e->n_py * sizeof(struct np_py_frame)) {
-        in->stats.malformed++;
-        return;
-    }
+static bool launch_malformed(const struct np_launch_event *e, size_t size) {
+    return size < NP_LAUNCH_FIXED_SIZE || e->n_ips > NP_MAX_STACK ||
+           e->stack_len > NP_MAX_STACK_BYTES || ((e->flags & NP_LF_STACK_COPY) && e->n_ips < 1) ||
+           size < NP_LAUNCH_FIXED_SIZE + (size_t)e->n_ips * 8 + e->stack_len ||
+           e->n_py > NP_PY_MAX_FRAMES ||
+           size < NP_LAUNCH_FIXED_SIZE + (size_t)np_launch_py_index(e->n_ips, e->stack_len) * 8 +
+                      (size_t)e->n_py * sizeof(struct np_py_frame);
+}
+
+/* What a launch record needs done as soon as it is read, before it may
+ * wait in the backlog: its new code objects read, its process's symbols. */
+static void launch_arrived(struct np_ingest *in, const struct np_launch_event *e, size_t size) {
+    if (launch_malformed(e, size))
+        return; /* counted when it is handled */
     struct np_ingest_proc *p = in->ops->find(in, (pid_t)e->hdr.pid);
     if (p && p->pycode && (e->flags & NP_LF_PY_NEW)) {
         load_python_code(p, e);     /* first: the code objects may not live long */
@@ -207,7 +220,15 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
     }
     if (p && !p->sym) /* first record of a process we started */
         in->ops->new_mapping(in, p, e->hdr.ts_ns);
-    /* Looked up only now: attaching (above) can grow the site array. */
+}
+
+static void handle_launch(struct np_ingest *in, const struct np_launch_event *e, size_t size) {
+    if (launch_malformed(e, size)) {
+        in->stats.malformed++;
+        return;
+    }
+    struct np_ingest_proc *p = in->ops->find(in, (pid_t)e->hdr.pid);
+    /* Looked up only now: attaching (at its arrival) can grow the site array. */
     const struct np_probe_site *site = np_attacher_site(in->attacher, e->probe_id);
     const struct np_probe_site *called = np_attacher_site(in->attacher, e->called_as);
     pid_t pid = p ? p->process->pid : -1;
@@ -332,6 +353,74 @@ static void dispatch(struct np_ingest *in, void *data, size_t size) {
     }
 }
 
+/* A record that did not fit in the backlog. */
+static void backlog_drop(struct np_ingest *in, const void *data, size_t size) {
+    const struct np_event_header *h = data;
+    if (size < NP_LAUNCH_FIXED_SIZE || h->type != NP_EV_LAUNCH) {
+        in->stats.backlog_dropped_other++;
+        return;
+    }
+    const struct np_launch_event *e = data;
+    in->stats.backlog_dropped++;
+    count_by_id(&in->stats.per_probe_backlog_dropped, &in->stats.per_probe_backlog_dropped_len,
+                e->called_as);
+}
+
+/* Done as soon as a record is read; false: it is handled, nothing waits. */
+static bool arrived(struct np_ingest *in, void *data, size_t size) {
+    const struct np_event_header *h = data;
+    if (size < sizeof(*h) || h->version != NP_EVENT_VERSION || h->size > size)
+        return true; /* counted as malformed when handled */
+    if (h->type == NP_EV_MAP) { /* new code: probed at once */
+        handle_map(in, data, h->size);
+        return false;
+    }
+    if (h->type == NP_EV_LAUNCH)
+        launch_arrived(in, data, h->size);
+    return true;
+}
+
+/* Records that change what later ones mean (kernel names, graph captures)
+ * are small and rare: they wait even when the backlog is full. */
+static bool must_keep(const void *data, size_t size) {
+    const struct np_event_header *h = data;
+    return size >= sizeof(*h) && (h->type == NP_EV_HANDLE || h->type == NP_EV_GRAPH);
+}
+
+/* A record read from the ring: waits in the backlog, or is handled now. */
+static void take(struct np_ingest *in, void *data, size_t size) {
+    if (!arrived(in, data, size))
+        return;
+    if (!in->queue) {
+        dispatch(in, data, size);
+        return;
+    }
+    int err = np_backlog_push(&in->backlog, data, size, must_keep(data, size));
+    if (err == -ENOMEM && must_keep(data, size))
+        dispatch(in, data, size); /* out of turn rather than lost */
+    else if (err)
+        backlog_drop(in, data, size);
+}
+
+void np_ingest_set_backlog(struct np_ingest *in, uint64_t budget_bytes) {
+    np_backlog_free(&in->backlog);
+    np_backlog_init(&in->backlog, budget_bytes);
+    in->queue = budget_bytes > 0;
+}
+
+uint64_t np_ingest_work(struct np_ingest *in, uint64_t max_ns) {
+    uint64_t deadline = max_ns ? np_monotonic_ns() + max_ns : 0;
+    size_t size;
+    const void *rec;
+    for (unsigned n = 1; (rec = np_backlog_peek(&in->backlog, &size)); n++) {
+        dispatch(in, (void *)rec, size);
+        np_backlog_pop(&in->backlog);
+        if (deadline && n % 32 == 0 && np_monotonic_ns() >= deadline)
+            break;
+    }
+    return in->backlog.records;
+}
+
 int np_ingest_record(void *ctx, void *data, size_t size) {
     struct np_ingest *in = ctx;
 
@@ -344,7 +433,7 @@ int np_ingest_record(void *ctx, void *data, size_t size) {
             in->raw_dump = NULL;
         }
     }
-    dispatch(in, data, size);
+    take(in, data, size);
     if (in->budget > 0 && --in->budget == 0)
         return NP_INGEST_YIELD;
     return 0;

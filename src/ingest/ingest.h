@@ -17,6 +17,7 @@
 
 #include <sys/types.h>
 
+#include "ingest/backlog.h"
 #include "ingest/stack_hints.h"
 #include "lib/hashmap.h"
 #include "lib/util.h"
@@ -49,6 +50,13 @@ struct np_ingest_stats {
     uint64_t not_recorded;               /* launches of a process not recorded now (daemon) */
     uint64_t *per_probe; /* launches by the probe the caller called, index = probe id */
     size_t per_probe_len;
+    /* the backlog (backlog.h) was full: launch records dropped by the
+     * reader, in all and per probe called (index = probe id), and other
+     * records dropped */
+    uint64_t backlog_dropped;
+    uint64_t *per_probe_backlog_dropped;
+    size_t per_probe_backlog_dropped_len;
+    uint64_t backlog_dropped_other;
 };
 
 /* np_ingest_record's result once `budget` records were handled: libbpf then
@@ -142,7 +150,9 @@ struct np_ingest_ops {
 struct np_ingest {
     struct np_attacher *attacher;
     const struct np_ingest_ops *ops;
-    long budget;        /* records left before yielding; <= 0: no limit */
+    long budget;        /* records read from the ring before yielding; <= 0: no limit */
+    bool queue;         /* records wait in the backlog (np_ingest_work handles them) */
+    struct np_backlog backlog;
     bool fp_fallback;   /* --unwind auto: follow frame pointers where CFI is missing */
     bool inline_folded; /* --inline: inlined frames in the folded outputs too */
     enum np_python_mode python_mode;
@@ -154,8 +164,18 @@ struct np_ingest {
     struct np_stack_hints hints; /* how much stack BPF copies (stack_hints.h) */
 };
 
-/* libbpf ring_buffer sample callback; ctx is a struct np_ingest. */
+/* libbpf ring_buffer sample callback; ctx is a struct np_ingest. What
+ * cannot wait is done at once: a library load (new code to probe), the
+ * code objects of Python stacks not seen before (they may not live long),
+ * the first record of a process we started (its symbols). With in->queue
+ * the record then waits in the backlog, else it is handled now. */
 int np_ingest_record(void *ctx, void *data, size_t size);
+/* Sets the backlog up: records wait there, up to budget_bytes of memory
+ * (0: no backlog, records are handled as they are read). */
+void np_ingest_set_backlog(struct np_ingest *in, uint64_t budget_bytes);
+/* Handles waiting records, oldest first, for about max_ns (0: all of
+ * them); returns how many still wait. */
+uint64_t np_ingest_work(struct np_ingest *in, uint64_t max_ns);
 void np_ingest_free(struct np_ingest *in);
 /* Drops what waits for records that will not come (NCCL plans whose
  * launch record was lost), counting it; before the summary is written. */

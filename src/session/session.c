@@ -164,12 +164,29 @@ static bool drained(struct np_session *s) {
     return hits == done && np_session_records_received(s) >= records_sent_by_bpf(s);
 }
 
+/* How long one turn of the loop works off the backlog: signals, timers and
+ * the ring (drained at every turn) wait at most about that long. */
+#define WORK_SLICE_NS 10000000ull
+
+void np_session_read(struct np_session *s, long budget) {
+    s->ingest.budget = budget;
+    int err = ring_buffer__consume(s->rb);
+    bool ring_left = err == NP_INGEST_YIELD;
+    if (err < 0 && !ring_left && err != -EINTR)
+        np_warn("reading the ring buffer: %s", strerror(-err));
+    uint64_t waiting = np_ingest_work(&s->ingest, budget > 0 ? WORK_SLICE_NS : 0);
+    s->backlog = ring_left || waiting > 0;
+}
+
+void np_session_read_all(struct np_session *s) {
+    np_session_read(s, 0);
+}
+
 void np_session_stop_and_drain(struct np_session *s) {
     s->skel->bss->stopped = 1;
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    s->ingest.budget = 0;
     for (int i = 0; i < 200; i++) {
-        ring_buffer__consume(s->rb);
+        np_session_read_all(s);
         if (drained(s))
             return;
         usleep(1000);
