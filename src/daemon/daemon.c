@@ -190,7 +190,8 @@ static int setup_session(struct daemon *d) {
         return err;
     np_session_setup_ingest(&d->s);
     d->s.sink = &sets_sink_ops;
-    return np_session_setup_gpu(&d->s);
+    err = np_session_start_drain(&d->s);
+    return err ? err : np_session_setup_gpu(&d->s);
 }
 
 static int setup_discovery(struct daemon *d) {

@@ -33,29 +33,21 @@ void np_ingest_free(struct np_ingest *in) {
     free(in->stats.per_probe);
     in->stats.per_probe = NULL;
     in->stats.per_probe_len = 0;
-    free(in->stats.per_probe_backlog_dropped);
-    in->stats.per_probe_backlog_dropped = NULL;
-    in->stats.per_probe_backlog_dropped_len = 0;
-}
-
-/* (*counts)[id]++, the array grown (zeroed) to hold id. */
-static void count_by_id(uint64_t **counts, size_t *len, uint32_t id) {
-    if (id >= *len) {
-        size_t n = *len ? *len : 64;
-        while (n <= id)
-            n *= 2;
-        uint64_t *p = realloc(*counts, n * sizeof(*p));
-        if (!p)
-            return;
-        memset(p + *len, 0, (n - *len) * sizeof(*p));
-        *counts = p;
-        *len = n;
-    }
-    (*counts)[id]++;
 }
 
 static void count_probe(struct np_ingest *in, uint32_t id) {
-    count_by_id(&in->stats.per_probe, &in->stats.per_probe_len, id);
+    if (id >= in->stats.per_probe_len) {
+        size_t len = in->stats.per_probe_len ? in->stats.per_probe_len : 64;
+        while (len <= id)
+            len *= 2;
+        uint64_t *p = realloc(in->stats.per_probe, len * sizeof(*p));
+        if (!p)
+            return;
+        memset(p + in->stats.per_probe_len, 0, (len - in->stats.per_probe_len) * sizeof(*p));
+        in->stats.per_probe = p;
+        in->stats.per_probe_len = len;
+    }
+    in->stats.per_probe[id]++;
 }
 
 /* The record's caller (its return address) is code of the process's
@@ -353,24 +345,29 @@ static void dispatch(struct np_ingest *in, void *data, size_t size) {
     }
 }
 
-/* A record that did not fit in the backlog. */
+/* A record that did not fit in the backlog (the drain thread). */
 static void backlog_drop(struct np_ingest *in, const void *data, size_t size) {
     const struct np_event_header *h = data;
-    if (size < NP_LAUNCH_FIXED_SIZE || h->type != NP_EV_LAUNCH) {
-        in->stats.backlog_dropped_other++;
-        return;
+    bool launch = size >= NP_LAUNCH_FIXED_SIZE && h->type == NP_EV_LAUNCH;
+    np_backlog_count_drop(&in->backlog, launch,
+                          launch ? ((const struct np_launch_event *)data)->called_as : 0);
+}
+
+static void raw_dump(struct np_ingest *in, const void *data, size_t size) {
+    uint32_t n = (uint32_t)size;
+    if (fwrite(&n, sizeof(n), 1, in->raw_dump) != 1 ||
+        fwrite(data, 1, size, in->raw_dump) != size) {
+        np_warn("--raw-dump: write failed, no more records dumped: %s", strerror(errno));
+        fclose(in->raw_dump);
+        in->raw_dump = NULL;
     }
-    const struct np_launch_event *e = data;
-    in->stats.backlog_dropped++;
-    count_by_id(&in->stats.per_probe_backlog_dropped, &in->stats.per_probe_backlog_dropped_len,
-                e->called_as);
 }
 
 /* Done as soon as a record is read; false: it is handled, nothing waits. */
 static bool arrived(struct np_ingest *in, void *data, size_t size) {
     const struct np_event_header *h = data;
     if (size < sizeof(*h) || h->version != NP_EVENT_VERSION || h->size > size)
-        return true; /* counted as malformed when handled */
+        return true;            /* counted as malformed when handled */
     if (h->type == NP_EV_MAP) { /* new code: probed at once */
         handle_map(in, data, h->size);
         return false;
@@ -387,54 +384,64 @@ static bool must_keep(const void *data, size_t size) {
     return size >= sizeof(*h) && (h->type == NP_EV_HANDLE || h->type == NP_EV_GRAPH);
 }
 
-/* A record read from the ring: waits in the backlog, or is handled now. */
+/* A record read from the ring: handled now (no backlog), or copied into
+ * the backlog (on the drain thread: nothing else is touched). */
 static void take(struct np_ingest *in, void *data, size_t size) {
-    if (!arrived(in, data, size))
-        return;
     if (!in->queue) {
-        dispatch(in, data, size);
+        if (in->raw_dump)
+            raw_dump(in, data, size);
+        if (arrived(in, data, size))
+            dispatch(in, data, size);
         return;
     }
-    int err = np_backlog_push(&in->backlog, data, size, must_keep(data, size));
-    if (err == -ENOMEM && must_keep(data, size))
-        dispatch(in, data, size); /* out of turn rather than lost */
-    else if (err)
+    bool keep = must_keep(data, size);
+    int err = np_backlog_push(&in->backlog, data, size, keep);
+    if (err && !keep)
         backlog_drop(in, data, size);
+    else if (err) /* no memory for a record that changes later ones */
+        np_warn("a kernel-handle or graph record was lost: %s", strerror(-err));
 }
 
 void np_ingest_set_backlog(struct np_ingest *in, uint64_t budget_bytes) {
-    np_backlog_free(&in->backlog);
     np_backlog_init(&in->backlog, budget_bytes);
     in->queue = budget_bytes > 0;
 }
 
+/* What cannot wait, for every record queued since the last time. */
+static void scan_arrivals(struct np_ingest *in) {
+    size_t size;
+    uint32_t *flags;
+    void *rec;
+    while ((rec = np_backlog_scan(&in->backlog, &size, &flags))) {
+        if (in->raw_dump)
+            raw_dump(in, rec, size);
+        if (!arrived(in, rec, size))
+            *flags |= NP_BACKLOG_DONE;
+    }
+}
+
 uint64_t np_ingest_work(struct np_ingest *in, uint64_t max_ns) {
+    scan_arrivals(in);
     uint64_t deadline = max_ns ? np_monotonic_ns() + max_ns : 0;
     size_t size;
+    uint32_t flags;
     const void *rec;
-    for (unsigned n = 1; (rec = np_backlog_peek(&in->backlog, &size)); n++) {
-        dispatch(in, (void *)rec, size);
+    for (unsigned n = 1; (rec = np_backlog_peek(&in->backlog, &size, &flags)); n++) {
+        if (!(flags & NP_BACKLOG_DONE))
+            dispatch(in, (void *)rec, size);
         np_backlog_pop(&in->backlog);
-        if (deadline && n % 32 == 0 && np_monotonic_ns() >= deadline)
+        if (n % 32 == 0 && deadline && np_monotonic_ns() >= deadline)
             break;
+        if (n % 256 == 0) /* a record the drain thread queued meanwhile may not wait */
+            scan_arrivals(in);
     }
-    return in->backlog.records;
+    return np_backlog_waiting(&in->backlog);
 }
 
 int np_ingest_record(void *ctx, void *data, size_t size) {
     struct np_ingest *in = ctx;
-
-    if (in->raw_dump) {
-        uint32_t n = (uint32_t)size;
-        if (fwrite(&n, sizeof(n), 1, in->raw_dump) != 1 ||
-            fwrite(data, 1, size, in->raw_dump) != size) {
-            np_warn("--raw-dump: write failed, no more records dumped: %s", strerror(errno));
-            fclose(in->raw_dump);
-            in->raw_dump = NULL;
-        }
-    }
     take(in, data, size);
-    if (in->budget > 0 && --in->budget == 0)
+    if (!in->queue && in->budget > 0 && --in->budget == 0)
         return NP_INGEST_YIELD;
     return 0;
 }

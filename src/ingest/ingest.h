@@ -50,13 +50,6 @@ struct np_ingest_stats {
     uint64_t not_recorded;               /* launches of a process not recorded now (daemon) */
     uint64_t *per_probe; /* launches by the probe the caller called, index = probe id */
     size_t per_probe_len;
-    /* the backlog (backlog.h) was full: launch records dropped by the
-     * reader, in all and per probe called (index = probe id), and other
-     * records dropped */
-    uint64_t backlog_dropped;
-    uint64_t *per_probe_backlog_dropped;
-    size_t per_probe_backlog_dropped_len;
-    uint64_t backlog_dropped_other;
 };
 
 /* np_ingest_record's result once `budget` records were handled: libbpf then
@@ -150,11 +143,11 @@ struct np_ingest_ops {
 struct np_ingest {
     struct np_attacher *attacher;
     const struct np_ingest_ops *ops;
-    long budget;        /* records read from the ring before yielding; <= 0: no limit */
-    bool queue;         /* records wait in the backlog (np_ingest_work handles them) */
-    struct np_backlog backlog;
-    bool fp_fallback;   /* --unwind auto: follow frame pointers where CFI is missing */
-    bool inline_folded; /* --inline: inlined frames in the folded outputs too */
+    long budget;               /* records read from the ring before yielding; <= 0: no limit */
+    bool queue;                /* records wait in the backlog (np_ingest_work handles them) */
+    struct np_backlog backlog; /* filled by the drain thread (drain.h) */
+    bool fp_fallback;          /* --unwind auto: follow frame pointers where CFI is missing */
+    bool inline_folded;        /* --inline: inlined frames in the folded outputs too */
     enum np_python_mode python_mode;
     FILE *raw_dump;              /* --raw-dump: every record as received, "u32 size, bytes" */
     struct np_stack_texts stack; /* reused for each launch's stack */
@@ -164,17 +157,18 @@ struct np_ingest {
     struct np_stack_hints hints; /* how much stack BPF copies (stack_hints.h) */
 };
 
-/* libbpf ring_buffer sample callback; ctx is a struct np_ingest. What
- * cannot wait is done at once: a library load (new code to probe), the
- * code objects of Python stacks not seen before (they may not live long),
- * the first record of a process we started (its symbols). With in->queue
- * the record then waits in the backlog, else it is handled now. */
+/* libbpf ring_buffer sample callback; ctx is a struct np_ingest. With
+ * in->queue (on the drain thread) it only copies the record into the
+ * backlog; without, it handles the record now. */
 int np_ingest_record(void *ctx, void *data, size_t size);
 /* Sets the backlog up: records wait there, up to budget_bytes of memory
  * (0: no backlog, records are handled as they are read). */
 void np_ingest_set_backlog(struct np_ingest *in, uint64_t budget_bytes);
-/* Handles waiting records, oldest first, for about max_ns (0: all of
- * them); returns how many still wait. */
+/* First does, for every record queued since, what cannot wait: a library
+ * load (new code to probe), the code objects of Python stacks not seen
+ * before (they may not live long), the first record of a process we
+ * started (its symbols). Then handles waiting records, oldest first, for
+ * about max_ns (0: all of them); returns how many still wait. */
 uint64_t np_ingest_work(struct np_ingest *in, uint64_t max_ns);
 void np_ingest_free(struct np_ingest *in);
 /* Drops what waits for records that will not come (NCCL plans whose
