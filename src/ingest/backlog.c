@@ -190,6 +190,13 @@ uint64_t np_backlog_waiting(struct np_backlog *b) {
     return n;
 }
 
+uint64_t np_backlog_dropped_launches(struct np_backlog *b) {
+    pthread_mutex_lock(&b->lock);
+    uint64_t n = b->dropped_launches;
+    pthread_mutex_unlock(&b->lock);
+    return n;
+}
+
 void np_backlog_count_drop(struct np_backlog *b, bool launch, uint32_t id) {
     pthread_mutex_lock(&b->lock);
     if (!launch) {

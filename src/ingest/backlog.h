@@ -55,6 +55,8 @@ const void *np_backlog_peek(struct np_backlog *b, size_t *size, uint32_t *flags)
 void np_backlog_pop(struct np_backlog *b);
 /* Records waiting now (queued, not popped). */
 uint64_t np_backlog_waiting(struct np_backlog *b);
+/* Launch records dropped so far (another thread may be dropping more). */
+uint64_t np_backlog_dropped_launches(struct np_backlog *b);
 /* A launch record (probe called: id) or another record was dropped. */
 void np_backlog_count_drop(struct np_backlog *b, bool launch, uint32_t id);
 
