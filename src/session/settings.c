@@ -581,7 +581,7 @@ static int parse_value(const struct np_setting *r, enum np_side side, const char
         return parse_uint(r, v, &out->u, p);
     case NP_V_SIZE:
         rc = parse_size(v, &out->u, &why);
-        return check_number(r, rc, why, out->u, true, p);
+        return check_number(r, rc, why, out->u, out->u != 0, p); /* 0 where zero_ok */
     case NP_V_DURATION:
         p->units = true;
         rc = parse_duration(v, &out->u, &nonzero, &why);
