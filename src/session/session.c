@@ -180,7 +180,15 @@ void np_session_read(struct np_session *s, long budget) {
         if (err < 0 && !ring_left && err != -EINTR)
             np_warn("reading the ring buffer: %s", strerror(-err));
     }
-    uint64_t waiting = np_ingest_work(&s->ingest, budget > 0 ? WORK_SLICE_NS : 0);
+    uint64_t slice = budget > 0 ? WORK_SLICE_NS : 0;
+    uint64_t waiting = np_ingest_work(&s->ingest, slice);
+    if (s->drain && waiting == 0) {
+        /* Caught up with the backlog: before the loop acts on "everything
+         * is read" (a process that exited is let go, a GPU client's end is
+         * taken), what is still in the ring is read too. */
+        np_drain_flush(s->drain);
+        waiting = np_ingest_work(&s->ingest, slice);
+    }
     s->backlog = ring_left || waiting > 0;
 }
 
