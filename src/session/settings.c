@@ -147,7 +147,7 @@ const struct np_setting np_settings_table[] = {
      CONF(U64, ring_buffer_bytes)},
     {.flag = "reader-backlog-mb", .metavar = "N", .flag_unit = MIB, .key = "reader_backlog",
      .type = NP_V_SIZE, .min = MIB, .max = UINT64_MAX, .zero_ok = true, .restart = true,
-     .def = "1G", .allowed = "0, or a size of at least 1M, e.g. 1G",
+     .def = "2G", .allowed = "0, or a size of at least 1M, e.g. 2G",
      .flag_allowed = "0, or a whole number of MiB",
      .help = "memory for records read from the ring buffer and\n"
              "not yet unwound (a burst waits there instead of\n"

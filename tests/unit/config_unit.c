@@ -163,7 +163,7 @@ static void test_defaults(void) {
     CHECK(c.max_output_bytes == 10 * GIB);
     CHECK(c.cache_bytes == 256 * MIB);
     CHECK(c.ring_buffer_bytes == 64 * MIB);
-    CHECK(c.reader_backlog_bytes == GIB);
+    CHECK(c.reader_backlog_bytes == 2 * GIB);
     CHECK(c.cpu_budget_percent == 10);
     CHECK(c.rate_limit == 2000);
     CHECK(c.unwind == UNWIND_AUTO);
