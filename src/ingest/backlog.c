@@ -102,17 +102,22 @@ int np_backlog_push(struct np_backlog *b, const void *data, size_t size, bool fo
     size_t need = sizeof(struct rec_head) + ALIGN8(size);
     pthread_mutex_lock(&b->lock);
     struct np_backlog_chunk *c = room(b, need, force, &err);
-    if (c) {
-        struct rec_head h = {.size = (uint32_t)size};
-        memcpy(c->data + c->tail, &h, sizeof(h));
-        memcpy(c->data + c->tail + sizeof(h), data, size);
-        c->tail += need;
-        b->queued++;
-        if (b->queued - b->popped > b->peak_records)
-            b->peak_records = b->queued - b->popped;
-    }
+    size_t at = c ? c->tail : 0;
     pthread_mutex_unlock(&b->lock);
-    return err;
+    if (!c)
+        return err;
+    /* Copied without the lock: c is the tail chunk, which the consumer
+     * neither frees nor reads past its tail, and this is the only producer. */
+    struct rec_head h = {.size = (uint32_t)size};
+    memcpy(c->data + at, &h, sizeof(h));
+    memcpy(c->data + at + sizeof(h), data, size);
+    pthread_mutex_lock(&b->lock);
+    c->tail = at + need;
+    b->queued++;
+    if (b->queued - b->popped > b->peak_records)
+        b->peak_records = b->queued - b->popped;
+    pthread_mutex_unlock(&b->lock);
+    return 0;
 }
 
 void *np_backlog_scan(struct np_backlog *b, size_t *size, uint32_t **flags) {
@@ -155,32 +160,47 @@ static void release_head(struct np_backlog *b) {
     }
 }
 
-const void *np_backlog_peek(struct np_backlog *b, size_t *size, uint32_t *flags) {
-    const void *rec = NULL;
-    pthread_mutex_lock(&b->lock);
+/* The record at the head, if scanned; the lock is held. */
+static const void *head_record(struct np_backlog *b, size_t *size, uint32_t *flags) {
     release_head(b);
     struct np_backlog_chunk *c = b->head;
-    if (c && b->popped < b->scanned && c->head < c->tail) {
-        const struct rec_head *h = (const struct rec_head *)(c->data + c->head);
-        *size = h->size;
-        *flags = h->flags;
-        rec = h + 1;
-    }
+    if (!c || b->popped >= b->scanned || c->head >= c->tail)
+        return NULL;
+    const struct rec_head *h = (const struct rec_head *)(c->data + c->head);
+    *size = h->size;
+    *flags = h->flags;
+    return h + 1;
+}
+
+static void pop_locked(struct np_backlog *b) {
+    size_t size;
+    uint32_t flags;
+    if (!head_record(b, &size, &flags))
+        return;
+    b->head->head += sizeof(struct rec_head) + ALIGN8(size);
+    b->popped++;
+    release_head(b);
+}
+
+const void *np_backlog_peek(struct np_backlog *b, size_t *size, uint32_t *flags) {
+    pthread_mutex_lock(&b->lock);
+    const void *rec = head_record(b, size, flags);
     pthread_mutex_unlock(&b->lock);
     return rec;
 }
 
 void np_backlog_pop(struct np_backlog *b) {
     pthread_mutex_lock(&b->lock);
-    release_head(b);
-    struct np_backlog_chunk *c = b->head;
-    if (c && b->popped < b->scanned && c->head < c->tail) {
-        const struct rec_head *h = (const struct rec_head *)(c->data + c->head);
-        c->head += sizeof(*h) + ALIGN8((size_t)h->size);
-        b->popped++;
-        release_head(b);
-    }
+    pop_locked(b);
     pthread_mutex_unlock(&b->lock);
+}
+
+const void *np_backlog_pop_peek(struct np_backlog *b, size_t *size, uint32_t *flags) {
+    pthread_mutex_lock(&b->lock);
+    pop_locked(b);
+    const void *rec = head_record(b, size, flags);
+    pthread_mutex_unlock(&b->lock);
+    return rec;
 }
 
 uint64_t np_backlog_waiting(struct np_backlog *b) {

@@ -8,7 +8,8 @@
  *
  * A FIFO of records in chunks, bounded by a memory budget: a record that
  * does not fit is dropped and counted (never silently). One producer (the
- * drain thread), one consumer (the session's thread), one lock. The
+ * drain thread), one consumer (the session's thread), one lock, never held
+ * while a record is copied. The
  * consumer goes over each record twice: first as soon as it can (scan:
  * what cannot wait - new code to probe, Python code objects that may not
  * live long), then in turn (peek/pop: unwinding, symbolizing, writing). */
@@ -53,6 +54,8 @@ void *np_backlog_scan(struct np_backlog *b, size_t *size, uint32_t **flags);
 /* The oldest record scanned and not popped, or NULL; valid until popped. */
 const void *np_backlog_peek(struct np_backlog *b, size_t *size, uint32_t *flags);
 void np_backlog_pop(struct np_backlog *b);
+/* np_backlog_pop, then np_backlog_peek, under one lock. */
+const void *np_backlog_pop_peek(struct np_backlog *b, size_t *size, uint32_t *flags);
 /* Records waiting now (queued, not popped). */
 uint64_t np_backlog_waiting(struct np_backlog *b);
 /* Launch records dropped so far (another thread may be dropping more). */

@@ -426,14 +426,17 @@ uint64_t np_ingest_work(struct np_ingest *in, uint64_t max_ns) {
     size_t size;
     uint32_t flags;
     const void *rec;
-    for (unsigned n = 1; (rec = np_backlog_peek(&in->backlog, &size, &flags)); n++) {
+    rec = np_backlog_peek(&in->backlog, &size, &flags);
+    for (unsigned n = 1; rec; n++) {
         if (!(flags & NP_BACKLOG_DONE))
             dispatch(in, (void *)rec, size);
-        np_backlog_pop(&in->backlog);
-        if (n % 32 == 0 && deadline && np_monotonic_ns() >= deadline)
+        if (n % 32 == 0 && deadline && np_monotonic_ns() >= deadline) {
+            np_backlog_pop(&in->backlog);
             break;
+        }
         if (n % 256 == 0) /* a record the drain thread queued meanwhile may not wait */
             scan_arrivals(in);
+        rec = np_backlog_pop_peek(&in->backlog, &size, &flags);
     }
     return np_backlog_waiting(&in->backlog);
 }
