@@ -10,8 +10,11 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define CHUNK_BYTES (4u << 20) /* a chunk holds many records; bigger for a bigger record */
-#define MAX_SPARE 8            /* emptied chunks kept */
+/* A chunk holds many records (bigger for a bigger record): 4 MiB, or an
+ * eighth of a smaller budget. */
+#define CHUNK_BYTES (4u << 20)
+#define MIN_CHUNK_BYTES (64u << 10)
+#define MAX_SPARE 8 /* emptied chunks kept */
 #define ALIGN8(n) (((n) + 7) & ~(size_t)7)
 
 struct rec_head {
@@ -30,6 +33,9 @@ void np_backlog_init(struct np_backlog *b, uint64_t budget_bytes) {
     memset(b, 0, sizeof(*b));
     pthread_mutex_init(&b->lock, NULL);
     b->budget = budget_bytes;
+    b->chunk_bytes = CHUNK_BYTES;
+    if (budget_bytes && budget_bytes / 8 < CHUNK_BYTES)
+        b->chunk_bytes = budget_bytes / 8 > MIN_CHUNK_BYTES ? budget_bytes / 8 : MIN_CHUNK_BYTES;
 }
 
 static void unmap_chunks(struct np_backlog_chunk *c) {
@@ -55,7 +61,7 @@ static struct np_backlog_chunk *new_chunk(struct np_backlog *b, size_t need) {
         b->nspare--;
         return c;
     }
-    size_t cap = need > CHUNK_BYTES ? need : CHUNK_BYTES;
+    size_t cap = need > b->chunk_bytes ? need : b->chunk_bytes;
     size_t len = sizeof(struct np_backlog_chunk) + cap;
     struct np_backlog_chunk *c =
         mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
@@ -72,7 +78,7 @@ static struct np_backlog_chunk *new_chunk(struct np_backlog *b, size_t need) {
 static struct np_backlog_chunk *room(struct np_backlog *b, size_t need, bool force, int *err) {
     if (b->tail && b->tail->cap - b->tail->tail >= need)
         return b->tail;
-    size_t cap = need > CHUNK_BYTES ? need : CHUNK_BYTES;
+    size_t cap = need > b->chunk_bytes ? need : b->chunk_bytes;
     if (b->budget && !force && b->bytes + sizeof(struct np_backlog_chunk) + cap > b->budget) {
         *err = -ENOBUFS;
         return NULL;
@@ -150,7 +156,7 @@ static void release_head(struct np_backlog *b) {
         }
         b->head = c->next;
         b->bytes -= c->map_len;
-        if (b->nspare < MAX_SPARE && c->cap == CHUNK_BYTES) {
+        if (b->nspare < MAX_SPARE && c->cap == b->chunk_bytes) {
             c->next = b->spare;
             b->spare = c;
             b->nspare++;

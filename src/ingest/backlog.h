@@ -34,6 +34,7 @@ struct np_backlog {
     struct np_backlog_chunk *spare; /* emptied chunks, kept for reuse */
     uint64_t nspare;
     uint64_t budget;                   /* most bytes of chunks held; 0: no limit */
+    size_t chunk_bytes;                /* a chunk's room for records (a bigger record: more) */
     uint64_t bytes;                    /* bytes of chunks held now (spare ones excluded) */
     uint64_t queued, scanned, popped;  /* records ever queued, scanned, popped */
     uint64_t peak_bytes, peak_records; /* the most ever held */
