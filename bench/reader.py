@@ -2,7 +2,8 @@
 """How fast the reader reads Python-sized records: bench/reader.sh's harness.
 
     reader.py --build BUILD [--previous PATH] [--python PY] [--seconds S] [--rounds N]
-              [--threads N] [--depth D] [--np-args ARGS] [--pin W,T] [--out FILE]
+              [--threads N] [--depth D] [--np-args ARGS] [--also NAME=ARGS] [--pin W,T]
+              [--out FILE]
 
 Workload: bench/py_threads_flat.py, N CPython threads (4) launching flat out at Python depth
 D (20), attached with `ncclprobe record --pid`. Each run: the workload starts and waits, the
@@ -17,7 +18,8 @@ stops growing (it has read everything), reads it, and lets the workload exit. Pe
   launches' start until it was idle again): the reader's capacity, whether or not it kept up.
 
 --previous PATH (another ncclprobe binary, e.g. the commit before) runs in the same rounds,
-interleaved. --pin W,T puts the workload on CPU W and the tracer on CPU T. Standard library
+interleaved; so does each --also NAME=ARGS (BUILD with more options, e.g.
+"no-backlog=--reader-backlog-mb 0"). --pin W,T puts the workload on CPU W and the tracer on CPU T. Standard library
 only.
 """
 import argparse
@@ -114,6 +116,8 @@ def main():
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--depth", type=int, default=20)
     ap.add_argument("--np-args", default="", help="more ncclprobe options, every build")
+    ap.add_argument("--also", action="append", default=[], metavar="NAME=ARGS",
+                    help="BUILD once more with these ncclprobe options, as NAME (repeatable)")
     ap.add_argument("--pin", default="",
                     help="W,T: the workload on CPU W, the tracer on CPU T (a CPU of its own)")
     ap.add_argument("--out", default=None)
@@ -134,6 +138,9 @@ def main():
     if args.previous:
         configs.append((args.previous_label, args.previous, extra))
     configs.append(("this", this, extra))
+    for spec in args.also:
+        name, _, more = spec.partition("=")
+        configs.append((name, this, extra + more.split()))
 
     results = {c[0]: [] for c in configs}
     for rnd in range(args.rounds):

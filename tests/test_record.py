@@ -225,6 +225,33 @@ def test_overflow_is_counted_never_silent(tmp_path, workloads):
     assert "ring buffer overflowed" in rec.stderr
 
 
+@needs_real_cudart
+def test_a_small_reader_backlog_counts_what_did_not_fit(tmp_path, workloads):
+    """Records wait between the ring and unwinding in a backlog of bounded
+    memory (here 4 MiB, two launcher threads flat out): every launch is
+    written, or counted as dropped - by BPF (a full ring) or by the reader
+    (a full backlog) - in total and per probe, and nothing else is lost."""
+    w = Workload([PROGS / "launcher", "--wait-signal", "--loop-until-signal", "--threads", "2",
+                  "--variant", "rt"])
+    workloads.append(w)
+    probe, _ = attach_and_go(tmp_path, w, extra=["--reader-backlog-mb", "4"])
+    time.sleep(1.5)
+    rec = probe.stop()
+    w.proc.send_signal(signal.SIGTERM)
+    assert rec.returncode == 0, rec.stderr
+    totals, reader = rec.summary["totals"], rec.summary["reader"]
+    assert_consistent_totals(rec)
+    assert reader["backlog_budget_bytes"] == 4 << 20
+    assert reader["backlog_peak_bytes"] <= 4 << 20
+    # every record captured went through the backlog
+    assert reader["records_queued"] >= totals["events_captured"] > 1000
+    per_probe = [p for p in rec.summary["probes"] if p["symbol"] == "cudaLaunchKernel"]
+    assert sum(p["dropped"] for p in per_probe) == totals["events_dropped"]
+    assert len(rec.ext_lines()) == totals["launches"] == totals["events_captured"]
+    assert reader["other_records_dropped"] == 0
+    assert ("backlog was full" in rec.stderr) == (reader["launches_dropped"] > 0)
+
+
 def test_driver_launches_are_named_from_the_calls_that_made_their_handles(tmp_path,
                                                                           workloads):
     """libfakecuda.so is a test double (the real driver needs a GPU): it hands

@@ -179,8 +179,7 @@ static void on_child_event(struct recording *r) {
     struct np_target *t = np_session_find_target(s, r->child.pid);
     if (t && !t->in.sym)
         np_session_on_new_mapping(s, t, 0);
-    s->ingest.budget = 0;
-    ring_buffer__consume(s->rb);
+    np_session_read_all(s);
     np_child_let_exit(&r->child);
 }
 
@@ -207,11 +206,7 @@ static int run_loop(struct recording *r) {
             return -errno;
         /* Drain first (records of a process that just exited are still
          * queued), but in bounded slices so signals and timers stay live. */
-        s->ingest.budget = CONSUME_BUDGET;
-        int err = ring_buffer__consume(s->rb);
-        s->backlog = err == NP_INGEST_YIELD;
-        if (err < 0 && err != NP_INGEST_YIELD && err != -EINTR)
-            np_warn("reading the ring buffer: %s", strerror(-err));
+        np_session_read(s, CONSUME_BUDGET);
         for (int i = 0; i < n; i++) {
             uint64_t tag = evs[i].data.u64;
             if (tag == NP_TAG_SIGNAL) {
@@ -256,12 +251,18 @@ static int write_summary(struct np_session *s) {
     snprintf(path, sizeof(path), "%s/" NP_REC_SUMMARY_JSON, np_output_dir(s->out));
     int err = np_session_write_summary(s, path);
     const struct np_output_totals *ot = np_output_totals(s->out);
-    uint64_t dropped = np_session_counter(s, NP_CNT_LAUNCH_DROPPED);
+    uint64_t in_ring = np_session_counter(s, NP_CNT_LAUNCH_DROPPED);
+    uint64_t in_backlog = s->ingest.backlog.dropped_launches;
+    uint64_t dropped = in_ring + in_backlog;
     np_info("%llu launches and %llu NCCL calls recorded, %llu events dropped, in %s",
             (unsigned long long)ot->launches, (unsigned long long)ot->nccl_ops,
             (unsigned long long)dropped, np_output_dir(s->out));
-    if (dropped)
+    if (in_ring)
         np_warn("the ring buffer overflowed: raise --ring-buffer-mb or lower --wakeup-kb");
+    if (in_backlog)
+        np_warn("the reader's backlog was full (%llu launches dropped): raise "
+                "--reader-backlog-mb",
+                (unsigned long long)in_backlog);
     return err;
 }
 
@@ -379,7 +380,9 @@ int np_cmd_record(int argc, char **argv) {
     if (err)
         goto out;
     np_session_setup_ingest(s);
-    err = np_session_setup_gpu(s);
+    err = np_session_start_drain(s);
+    if (!err)
+        err = np_session_setup_gpu(s);
     if (err)
         goto out;
     s->start_ns = np_monotonic_ns();

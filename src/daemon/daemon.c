@@ -190,7 +190,8 @@ static int setup_session(struct daemon *d) {
         return err;
     np_session_setup_ingest(&d->s);
     d->s.sink = &sets_sink_ops;
-    return np_session_setup_gpu(&d->s);
+    err = np_session_start_drain(&d->s);
+    return err ? err : np_session_setup_gpu(&d->s);
 }
 
 static int setup_discovery(struct daemon *d) {
@@ -306,9 +307,7 @@ static int run(struct daemon *d) {
         int n = epoll_wait(d->s.epfd, evs, 16, d->s.backlog ? 0 : TICK_MS);
         if (n < 0 && errno != EINTR)
             return -errno;
-        d->s.ingest.budget = CONSUME_BUDGET;
-        int err = ring_buffer__consume(d->s.rb);
-        d->s.backlog = err == NP_INGEST_YIELD;
+        np_session_read(&d->s, CONSUME_BUDGET);
         for (int i = 0; i < n; i++)
             on_event(d, evs[i].data.u64);
         tick(d);

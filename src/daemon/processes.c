@@ -84,6 +84,10 @@ static bool exe_has_probes(struct daemon *d, pid_t pid) {
  * itself stays until its queued records are read (procs_reap_exited). */
 static void untrace(struct daemon *d, struct dproc *p, const char *why) {
     if (!p->exited) {
+        /* what it sent before it went - in the ring or the reader's backlog
+         * - goes into its set before that closes */
+        if (d->s.drain)
+            np_session_read_all(&d->s);
         p->exited = true;
         p->exited_ns = np_monotonic_ns();
         struct np_target *t = np_session_find_target(&d->s, p->labels.pid);

@@ -127,9 +127,14 @@ static void load_json(struct daemon *d, cJSON *r) {
     cJSON *rates = np_status_add_object(r, NP_ST_RATES);
     np_status_add_number(rates, NP_ST_RATES_LAUNCHES_PER_S, d->launches_per_s);
     np_status_add_number(rates, NP_ST_RATES_RECORDS_PER_S, d->records_per_s);
+    struct np_backlog *b = &d->s.ingest.backlog;
+    np_status_add_number(rates, NP_ST_RATES_BACKLOG,
+                         d->s.ingest.queue ? (double)np_backlog_waiting(b) : 0);
     cJSON *drops = np_status_add_object(r, NP_ST_DROPS);
     np_status_add_number(drops, NP_ST_DROPS_RING_BUFFER,
                          (double)np_session_counter(&d->s, NP_CNT_LAUNCH_DROPPED));
+    np_status_add_number(drops, NP_ST_DROPS_BACKLOG,
+                         d->s.ingest.queue ? (double)np_backlog_dropped_launches(b) : 0);
     np_status_add_number(drops, NP_ST_DROPS_RATE_LIMITED,
                          (double)np_session_counter(&d->s, NP_CNT_RATE_LIMITED));
     cJSON *rl = np_status_add_object(r, NP_ST_RATE_LIMIT);

@@ -139,9 +139,13 @@ const struct np_status_field np_status_fields[NP_ST_COUNT] = {
         NUM(NP_ST_RATES, "launches_per_s", "rates:", "%.1f launches/s", "launches recorded"),
     [NP_ST_RATES_RECORDS_PER_S] =
         NUM(NP_ST_RATES, "records_per_s", "rates:", "%.1f records/s", "ring buffer records read"),
+    [NP_ST_RATES_BACKLOG] = NUM(NP_ST_RATES, "backlog_records", "rates:", "%.0f records waiting",
+                                "records read from the ring and waiting to be unwound now"),
     [NP_ST_DROPS] = GROUP("drops", "launches not recorded since the daemon started"),
     [NP_ST_DROPS_RING_BUFFER] =
         NUM(NP_ST_DROPS, "ring_buffer", "drops:", "%.0f ring buffer", "lost to a full ring buffer"),
+    [NP_ST_DROPS_BACKLOG] = NUM(NP_ST_DROPS, "backlog", "drops:", "%.0f backlog",
+                                "lost to a full reader backlog (reader_backlog)"),
     [NP_ST_DROPS_RATE_LIMITED] = NUM(NP_ST_DROPS, "rate_limited", "drops:", "%.0f rate limited",
                                      "held back by the rate limit"),
     [NP_ST_RATE_LIMIT] = GROUP("rate_limit", "the CPU budget and the rate limit it turns on"),

@@ -29,6 +29,7 @@ void np_ingest_free(struct np_ingest *in) {
     np_str_free(&in->stack.folded);
     np_str_free(&in->stack.detailed);
     np_str_free(&in->stack.locations);
+    np_backlog_free(&in->backlog);
     free(in->stats.per_probe);
     in->stats.per_probe = NULL;
     in->stats.per_probe_len = 0;
@@ -189,16 +190,20 @@ static void add_nccl_comm_id(const struct np_probe_site *site, struct np_launch 
         np_nccl_comm_id_decode(layout, l->ev->deref, layout->cfg.comm_len, &l->comm_id);
 }
 
-static void handle_launch(struct np_ingest *in, const struct np_launch_event *e, size_t size) {
-    if (size < NP_LAUNCH_FIXED_SIZE || e->n_ips > NP_MAX_STACK ||
-        e->stack_len > NP_MAX_STACK_BYTES || ((e->flags & NP_LF_STACK_COPY) && e->n_ips < 1) ||
-        size < NP_LAUNCH_FIXED_SIZE + (size_t)e->n_ips * 8 + e->stack_len ||
-        e->n_py > NP_PY_MAX_FRAMES ||
-        size < NP_LAUNCH_FIXED_SIZE + (size_t)np_launch_py_index(e->n_ips, e->stack_len) * 8 +
-                   (size_t)e->n_py * sizeof(struct np_py_frame)) {
-        in->stats.malformed++;
-        return;
-    }
+static bool launch_malformed(const struct np_launch_event *e, size_t size) {
+    return size < NP_LAUNCH_FIXED_SIZE || e->n_ips > NP_MAX_STACK ||
+           e->stack_len > NP_MAX_STACK_BYTES || ((e->flags & NP_LF_STACK_COPY) && e->n_ips < 1) ||
+           size < NP_LAUNCH_FIXED_SIZE + (size_t)e->n_ips * 8 + e->stack_len ||
+           e->n_py > NP_PY_MAX_FRAMES ||
+           size < NP_LAUNCH_FIXED_SIZE + (size_t)np_launch_py_index(e->n_ips, e->stack_len) * 8 +
+                      (size_t)e->n_py * sizeof(struct np_py_frame);
+}
+
+/* What a launch record needs done as soon as it is read, before it may
+ * wait in the backlog: its new code objects read, its process's symbols. */
+static void launch_arrived(struct np_ingest *in, const struct np_launch_event *e, size_t size) {
+    if (launch_malformed(e, size))
+        return; /* counted when it is handled */
     struct np_ingest_proc *p = in->ops->find(in, (pid_t)e->hdr.pid);
     if (p && p->pycode && (e->flags & NP_LF_PY_NEW)) {
         load_python_code(p, e);     /* first: the code objects may not live long */
@@ -207,7 +212,15 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
     }
     if (p && !p->sym) /* first record of a process we started */
         in->ops->new_mapping(in, p, e->hdr.ts_ns);
-    /* Looked up only now: attaching (above) can grow the site array. */
+}
+
+static void handle_launch(struct np_ingest *in, const struct np_launch_event *e, size_t size) {
+    if (launch_malformed(e, size)) {
+        in->stats.malformed++;
+        return;
+    }
+    struct np_ingest_proc *p = in->ops->find(in, (pid_t)e->hdr.pid);
+    /* Looked up only now: attaching (at its arrival) can grow the site array. */
     const struct np_probe_site *site = np_attacher_site(in->attacher, e->probe_id);
     const struct np_probe_site *called = np_attacher_site(in->attacher, e->called_as);
     pid_t pid = p ? p->process->pid : -1;
@@ -332,20 +345,106 @@ static void dispatch(struct np_ingest *in, void *data, size_t size) {
     }
 }
 
+/* A record that did not fit in the backlog (the drain thread). */
+static void backlog_drop(struct np_ingest *in, const void *data, size_t size) {
+    const struct np_event_header *h = data;
+    bool launch = size >= NP_LAUNCH_FIXED_SIZE && h->type == NP_EV_LAUNCH;
+    np_backlog_count_drop(&in->backlog, launch,
+                          launch ? ((const struct np_launch_event *)data)->called_as : 0);
+}
+
+static void raw_dump(struct np_ingest *in, const void *data, size_t size) {
+    uint32_t n = (uint32_t)size;
+    if (fwrite(&n, sizeof(n), 1, in->raw_dump) != 1 ||
+        fwrite(data, 1, size, in->raw_dump) != size) {
+        np_warn("--raw-dump: write failed, no more records dumped: %s", strerror(errno));
+        fclose(in->raw_dump);
+        in->raw_dump = NULL;
+    }
+}
+
+/* Done as soon as a record is read; false: it is handled, nothing waits. */
+static bool arrived(struct np_ingest *in, void *data, size_t size) {
+    const struct np_event_header *h = data;
+    if (size < sizeof(*h) || h->version != NP_EVENT_VERSION || h->size > size)
+        return true;            /* counted as malformed when handled */
+    if (h->type == NP_EV_MAP) { /* new code: probed at once */
+        handle_map(in, data, h->size);
+        return false;
+    }
+    if (h->type == NP_EV_LAUNCH)
+        launch_arrived(in, data, h->size);
+    return true;
+}
+
+/* Records that change what later ones mean (kernel names, graph captures)
+ * are small and rare: they wait even when the backlog is full. */
+static bool must_keep(const void *data, size_t size) {
+    const struct np_event_header *h = data;
+    return size >= sizeof(*h) && (h->type == NP_EV_HANDLE || h->type == NP_EV_GRAPH);
+}
+
+/* A record read from the ring: handled now (no backlog), or copied into
+ * the backlog (on the drain thread: nothing else is touched). */
+static void take(struct np_ingest *in, void *data, size_t size) {
+    if (!in->queue) {
+        if (in->raw_dump)
+            raw_dump(in, data, size);
+        if (arrived(in, data, size))
+            dispatch(in, data, size);
+        return;
+    }
+    bool keep = must_keep(data, size);
+    int err = np_backlog_push(&in->backlog, data, size, keep);
+    if (err && !keep)
+        backlog_drop(in, data, size);
+    else if (err) /* no memory for a record that changes later ones */
+        np_warn("a kernel-handle or graph record was lost: %s", strerror(-err));
+}
+
+void np_ingest_set_backlog(struct np_ingest *in, uint64_t budget_bytes) {
+    np_backlog_init(&in->backlog, budget_bytes);
+    in->queue = budget_bytes > 0;
+}
+
+/* What cannot wait, for every record queued since the last time. */
+static void scan_arrivals(struct np_ingest *in) {
+    size_t size;
+    uint32_t *flags;
+    void *rec;
+    while ((rec = np_backlog_scan(&in->backlog, &size, &flags))) {
+        if (in->raw_dump)
+            raw_dump(in, rec, size);
+        if (!arrived(in, rec, size))
+            *flags |= NP_BACKLOG_DONE;
+    }
+}
+
+uint64_t np_ingest_work(struct np_ingest *in, uint64_t max_ns) {
+    scan_arrivals(in);
+    uint64_t deadline = max_ns ? np_monotonic_ns() + max_ns : 0;
+    size_t size;
+    uint32_t flags;
+    const void *rec;
+    rec = np_backlog_peek(&in->backlog, &size, &flags);
+    for (unsigned n = 1; rec; n++) {
+        if (!(flags & NP_BACKLOG_DONE))
+            dispatch(in, (void *)rec, size);
+        if (n % 32 == 0 && deadline && np_monotonic_ns() >= deadline) {
+            np_backlog_pop(&in->backlog);
+            break;
+        }
+        if (n % 256 == 0) /* a record the drain thread queued meanwhile may not wait */
+            scan_arrivals(in);
+        rec = np_backlog_pop_peek(&in->backlog, &size, &flags);
+    }
+    return np_backlog_waiting(&in->backlog);
+}
+
 int np_ingest_record(void *ctx, void *data, size_t size) {
     struct np_ingest *in = ctx;
-
-    if (in->raw_dump) {
-        uint32_t n = (uint32_t)size;
-        if (fwrite(&n, sizeof(n), 1, in->raw_dump) != 1 ||
-            fwrite(data, 1, size, in->raw_dump) != size) {
-            np_warn("--raw-dump: write failed, no more records dumped: %s", strerror(errno));
-            fclose(in->raw_dump);
-            in->raw_dump = NULL;
-        }
-    }
-    dispatch(in, data, size);
-    if (in->budget > 0 && --in->budget == 0)
+    take(in, data, size);
+    if (!in->queue && in->budget > 0 && --in->budget == 0)
         return NP_INGEST_YIELD;
     return 0;
 }

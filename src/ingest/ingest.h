@@ -17,6 +17,7 @@
 
 #include <sys/types.h>
 
+#include "ingest/backlog.h"
 #include "ingest/stack_hints.h"
 #include "lib/hashmap.h"
 #include "lib/util.h"
@@ -142,9 +143,11 @@ struct np_ingest_ops {
 struct np_ingest {
     struct np_attacher *attacher;
     const struct np_ingest_ops *ops;
-    long budget;        /* records left before yielding; <= 0: no limit */
-    bool fp_fallback;   /* --unwind auto: follow frame pointers where CFI is missing */
-    bool inline_folded; /* --inline: inlined frames in the folded outputs too */
+    long budget;               /* records read from the ring before yielding; <= 0: no limit */
+    bool queue;                /* records wait in the backlog (np_ingest_work handles them) */
+    struct np_backlog backlog; /* filled by the drain thread (drain.h) */
+    bool fp_fallback;          /* --unwind auto: follow frame pointers where CFI is missing */
+    bool inline_folded;        /* --inline: inlined frames in the folded outputs too */
     enum np_python_mode python_mode;
     FILE *raw_dump;              /* --raw-dump: every record as received, "u32 size, bytes" */
     struct np_stack_texts stack; /* reused for each launch's stack */
@@ -154,8 +157,19 @@ struct np_ingest {
     struct np_stack_hints hints; /* how much stack BPF copies (stack_hints.h) */
 };
 
-/* libbpf ring_buffer sample callback; ctx is a struct np_ingest. */
+/* libbpf ring_buffer sample callback; ctx is a struct np_ingest. With
+ * in->queue (on the drain thread) it only copies the record into the
+ * backlog; without, it handles the record now. */
 int np_ingest_record(void *ctx, void *data, size_t size);
+/* Sets the backlog up: records wait there, up to budget_bytes of memory
+ * (0: no backlog, records are handled as they are read). */
+void np_ingest_set_backlog(struct np_ingest *in, uint64_t budget_bytes);
+/* First does, for every record queued since, what cannot wait: a library
+ * load (new code to probe), the code objects of Python stacks not seen
+ * before (they may not live long), the first record of a process we
+ * started (its symbols). Then handles waiting records, oldest first, for
+ * about max_ns (0: all of them); returns how many still wait. */
+uint64_t np_ingest_work(struct np_ingest *in, uint64_t max_ns);
 void np_ingest_free(struct np_ingest *in);
 /* Drops what waits for records that will not come (NCCL plans whose
  * launch record was lost), counting it; before the summary is written. */

@@ -216,6 +216,7 @@ void np_session_setup_ingest(struct np_session *s) {
     s->ingest.fp_fallback = s->opt.unwind == UNWIND_AUTO;
     s->ingest.inline_folded = s->opt.inline_frames;
     s->ingest.python_mode = s->opt.python;
+    np_ingest_set_backlog(&s->ingest, (uint64_t)s->opt.backlog_mb << 20);
     np_stack_hints_init(&s->ingest.hints);
     if (s->skel && s->opt.unwind != UNWIND_FP && !s->opt.fixed_stack_copy) {
         s->ingest.hints.fd = bpf_map__fd(s->skel->maps.stack_hints);

@@ -16,6 +16,7 @@
 
 #include "attach/uprobe_multi.h"
 #include "correlate/gpu.h"
+#include "ingest/drain.h"
 #include "ingest/gpu_socket.h"
 #include "lib/util.h"
 #include "ncclprobe.skel.h"
@@ -164,18 +165,77 @@ static bool drained(struct np_session *s) {
     return hits == done && np_session_records_received(s) >= records_sent_by_bpf(s);
 }
 
+/* How long one turn of the loop works off the backlog: signals, timers and
+ * the ring (drained at every turn) wait at most about that long. */
+#define WORK_SLICE_NS 10000000ull
+
+void np_session_read(struct np_session *s, long budget) {
+    bool ring_left = false;
+    if (s->drain) {
+        np_drain_ack(s->drain);
+    } else {
+        s->ingest.budget = budget;
+        int err = ring_buffer__consume(s->rb);
+        ring_left = err == NP_INGEST_YIELD;
+        if (err < 0 && !ring_left && err != -EINTR)
+            np_warn("reading the ring buffer: %s", strerror(-err));
+    }
+    uint64_t slice = budget > 0 ? WORK_SLICE_NS : 0;
+    uint64_t waiting = np_ingest_work(&s->ingest, slice);
+    if (s->drain && waiting == 0) {
+        /* Caught up with the backlog: before the loop acts on "everything
+         * is read" (a process that exited is let go, a GPU client's end is
+         * taken), what is still in the ring is read too. */
+        np_drain_flush(s->drain);
+        waiting = np_ingest_work(&s->ingest, slice);
+    }
+    s->backlog = ring_left || waiting > 0;
+}
+
+void np_session_read_all(struct np_session *s) {
+    if (s->drain)
+        np_drain_flush(s->drain);
+    np_session_read(s, 0);
+}
+
+int np_session_start_drain(struct np_session *s) {
+    if (!s->ingest.queue || !s->rb || s->drain)
+        return 0;
+    int ring_fd = ring_buffer__epoll_fd(s->rb);
+    int err = np_drain_start(s->rb, &s->drain);
+    if (!err && epoll_ctl(s->epfd, EPOLL_CTL_DEL, ring_fd, NULL) < 0)
+        err = -errno;
+    if (!err)
+        err = np_session_watch(s->epfd, np_drain_ready_fd(s->drain), NP_TAG_RING);
+    if (err) {
+        np_drain_stop(s->drain);
+        s->drain = NULL;
+        s->ingest.queue = false;
+        np_warn("cannot start the ring buffer's drain thread (%s): records are read as they "
+                "come",
+                strerror(-err));
+        epoll_ctl(s->epfd, EPOLL_CTL_DEL, ring_fd, NULL);
+        return np_session_watch(s->epfd, ring_fd, NP_TAG_RING);
+    }
+    return 0;
+}
+
 void np_session_stop_and_drain(struct np_session *s) {
     s->skel->bss->stopped = 1;
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    s->ingest.budget = 0;
-    for (int i = 0; i < 200; i++) {
-        ring_buffer__consume(s->rb);
-        if (drained(s))
-            return;
-        usleep(1000);
+    bool done = false;
+    for (int i = 0; i < 200 && !done; i++) {
+        np_session_read_all(s);
+        done = drained(s);
+        if (!done)
+            usleep(1000);
     }
-    np_warn("%llu records still in flight after stopping",
-            (unsigned long long)(records_sent_by_bpf(s) - np_session_records_received(s)));
+    if (!done)
+        np_warn("%llu records still in flight after stopping",
+                (unsigned long long)(records_sent_by_bpf(s) - np_session_records_received(s)));
+    np_drain_stop(s->drain); /* its counts are final */
+    s->drain = NULL;
+    np_ingest_work(&s->ingest, 0);
 }
 
 uint64_t np_session_probe_counter(struct bpf_map *map, uint32_t id) {
@@ -189,6 +249,8 @@ uint64_t np_session_probe_counter(struct bpf_map *map, uint32_t id) {
 void np_session_free(struct np_session *s) {
     if (s->skel)
         np_attacher_destroy(&s->attacher);
+    np_drain_stop(s->drain); /* before the ring it reads */
+    s->drain = NULL;
     ring_buffer__free(s->rb);
     s->rb = NULL;
     ncclprobe_bpf__destroy(s->skel);

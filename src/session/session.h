@@ -36,6 +36,7 @@ struct np_gpu_join;
 struct np_output;
 struct np_session;
 struct np_agents;
+struct np_drain;
 
 /* Where a session's records go when it has more than one output (the
  * daemon: one output set per process and window). Without it every record
@@ -53,6 +54,7 @@ struct np_session {
     struct np_settings opt;
     struct ncclprobe_bpf *skel;
     struct ring_buffer *rb;
+    struct np_drain *drain; /* empties rb into the reader's backlog; NULL: none (rb read here) */
     struct np_attacher attacher;
     struct np_target **targets;
     size_t ntargets;
@@ -64,7 +66,7 @@ struct np_session {
     int epfd, sigfd;
     uint64_t start_ns, start_realtime_ns;
     const char *stop_reason;
-    bool backlog;                     /* the last slice stopped with records still queued */
+    bool backlog; /* the last turn left records in the ring or the reader's backlog */
     struct np_gpu_server *gpu_server; /* the CUPTI library's socket; NULL: none */
     struct np_gpu_join *gpu_join;
     pid_t *gpu_closed; /* processes whose library disconnected, not yet finished */
@@ -121,6 +123,17 @@ uint64_t np_session_counter(struct np_session *s, __u32 which);
 /* Sums a per-CPU per-probe counter map (probe_hits, probe_drops, probe_limited). */
 uint64_t np_session_probe_counter(struct bpf_map *map, uint32_t id);
 uint64_t np_session_records_received(const struct np_session *s);
+/* One turn of the loop's reading: the ring drained into the reader's
+ * backlog (at most budget records; <= 0: all), then the backlog worked off
+ * for a slice of time (budget <= 0: all of it); s->backlog says whether
+ * records still wait. */
+void np_session_read(struct np_session *s, long budget);
+/* With a backlog: starts the thread that drains the ring into it (after
+ * np_session_setup_bpf and np_session_setup_ingest); on failure records
+ * are read as they come, as without one. */
+int np_session_start_drain(struct np_session *s);
+/* Everything sent so far read and handled (a process about to go). */
+void np_session_read_all(struct np_session *s);
 void np_session_stop_and_drain(struct np_session *s);
 void np_session_finish_gpu(struct np_session *s);
 /* summary.json of the session at path (record). */

@@ -145,6 +145,14 @@ const struct np_setting np_settings_table[] = {
      .flag_allowed = "a power of two from 1 to 1024",
      .help = "BPF ring buffer size, a power of two", REC(LONG, ring_mb),
      CONF(U64, ring_buffer_bytes)},
+    {.flag = "reader-backlog-mb", .metavar = "N", .flag_unit = MIB, .key = "reader_backlog",
+     .type = NP_V_SIZE, .min = MIB, .max = UINT64_MAX, .zero_ok = true, .restart = true,
+     .def = "2G", .allowed = "0, or a size of at least 1M, e.g. 2G",
+     .flag_allowed = "0, or a whole number of MiB",
+     .help = "memory for records read from the ring buffer and\n"
+             "not yet unwound (a burst waits there instead of\n"
+             "overflowing the ring); 0: unwind as they are read",
+     REC(LONG, backlog_mb), CONF(U64, reader_backlog_bytes)},
     {.flag = "wakeup-kb", .metavar = "N", .type = NP_V_UINT, .max = 1 << 20, .def = "256",
      .allowed = "an integer from 0 to 1048576", .help = "wake the reader once N KiB are queued",
      REC(LONG, wakeup_kb)},
@@ -573,7 +581,7 @@ static int parse_value(const struct np_setting *r, enum np_side side, const char
         return parse_uint(r, v, &out->u, p);
     case NP_V_SIZE:
         rc = parse_size(v, &out->u, &why);
-        return check_number(r, rc, why, out->u, true, p);
+        return check_number(r, rc, why, out->u, out->u != 0, p); /* 0 where zero_ok */
     case NP_V_DURATION:
         p->units = true;
         rc = parse_duration(v, &out->u, &nonzero, &why);

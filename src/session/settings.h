@@ -37,6 +37,7 @@ struct np_settings {
     double duration_s; /* 0: until stopped */
     bool no_wait;
     long ring_mb;
+    long backlog_mb; /* the reader's backlog (ingest/backlog.h); 0: none */
     long wakeup_kb;
     enum unwind_mode unwind;
     bool inline_frames;
@@ -75,7 +76,7 @@ struct np_daemon_config {
     uint64_t gpu_timeout_ms, aggregate_interval_ms, max_window_ms, max_output_age_ms;
     struct np_globs include_comm, exclude_comm, include_exe, exclude_exe, include_cgroup,
         exclude_cgroup, include_container, exclude_container;
-    uint64_t max_output_bytes, cache_bytes, ring_buffer_bytes;
+    uint64_t max_output_bytes, cache_bytes, ring_buffer_bytes, reader_backlog_bytes;
     double cpu_budget_percent; /* 1..100 */
     uint64_t rate_limit;       /* launches/s per probe while over budget, 1..1e9 */
     enum unwind_mode unwind;

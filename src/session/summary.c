@@ -51,6 +51,7 @@ int np_session_write_summary(struct np_session *s, const char *path) {
             .nprobes = nprobes,
             .counters = counters,
             .ingest = &s->ingest.stats,
+            .backlog = s->ingest.queue ? &s->ingest.backlog : NULL,
             .unwind = s->opt.unwind == UNWIND_FP ? NULL : &s->ingest.unwind,
             .unwind_mode = unwind_mode_name(s->opt.unwind),
             .stack_bytes = s->opt.unwind == UNWIND_FP ? 0 : (uint32_t)s->opt.stack_bytes,

@@ -61,7 +61,11 @@ static cJSON *probe_json(const struct np_summary *s, const struct np_probe_site 
     if (site->err)
         np_json_add_text(p, "error", strerror(-site->err));
     np_json_add_u64(p, "hits", at(s->probe_hits, s->nprobes, site->id));
-    np_json_add_u64(p, "dropped", at(s->probe_drops, s->nprobes, site->id));
+    np_json_add_u64(p, "dropped",
+                    at(s->probe_drops, s->nprobes, site->id) +
+                        (s->backlog ? at(s->backlog->dropped_by_probe,
+                                         s->backlog->dropped_by_probe_len, site->id)
+                                    : 0));
     np_json_add_u64(p, "launches", at(s->ingest->per_probe, s->ingest->per_probe_len, site->id));
     return p;
 }
@@ -79,7 +83,9 @@ static cJSON *totals_json(const struct np_summary *s) {
     cJSON *o = cJSON_CreateObject();
     np_json_add_u64(o, "probe_hits", hits);
     np_json_add_u64(o, "events_captured", s->ingest->launch_events);
-    np_json_add_u64(o, "events_dropped", c[NP_CNT_LAUNCH_DROPPED]);
+    /* lost in the ring (BPF) or, past its memory budget, in the reader's backlog */
+    np_json_add_u64(o, "events_dropped",
+                    c[NP_CNT_LAUNCH_DROPPED] + (s->backlog ? s->backlog->dropped_launches : 0));
     np_json_add_u64(o, "events_sent_by_bpf", c[NP_CNT_LAUNCH_SENT]);
     np_json_add_u64(o, "launches", ot->launches);
     np_json_add_u64(o, "nested_launches", ot->nested);
@@ -102,6 +108,19 @@ static cJSON *totals_json(const struct np_summary *s) {
     np_json_add_u64(o, "records_from_unknown_source", s->ingest->unknown_source);
     np_json_add_u64(o, "launches_without_symbols", s->ingest->unsymbolized);
     np_json_add_u64(o, "write_errors", ot->write_errors);
+    return o;
+}
+
+/* The reader's backlog: how far behind it fell, and what did not fit. */
+static cJSON *reader_json(const struct np_summary *s) {
+    cJSON *o = cJSON_CreateObject();
+    const struct np_backlog *b = s->backlog;
+    np_json_add_u64(o, "backlog_budget_bytes", b ? b->budget : 0);
+    np_json_add_u64(o, "backlog_peak_bytes", b ? b->peak_bytes : 0);
+    np_json_add_u64(o, "backlog_peak_records", b ? b->peak_records : 0);
+    np_json_add_u64(o, "records_queued", b ? b->queued : 0);
+    np_json_add_u64(o, "launches_dropped", b ? b->dropped_launches : 0);
+    np_json_add_u64(o, "other_records_dropped", b ? b->dropped_other : 0);
     return o;
 }
 
@@ -223,6 +242,7 @@ int np_summary_write(const char *path, const struct np_summary *s) {
     cJSON_AddItemToObject(root, "totals", totals_json(s));
     cJSON_AddItemToObject(root, NP_KEY_FILES, files_json(s));
     cJSON_AddItemToObject(root, "unwind", unwind_json(s));
+    cJSON_AddItemToObject(root, "reader", reader_json(s));
     cJSON_AddItemToObject(root, NP_KEY_TARGETS, s->targets ? s->targets : cJSON_CreateArray());
     cJSON *probes = cJSON_AddArrayToObject(root, "probes");
     for (size_t i = 0; i < s->attacher->nsites; i++)

@@ -33,6 +33,7 @@ struct np_summary {
     size_t nprobes;              /* length of the two arrays */
     const uint64_t *counters;    /* enum np_counter */
     const struct np_ingest_stats *ingest;
+    const struct np_backlog *backlog;     /* the reader's; NULL: records were handled as read */
     const struct np_unwind_stats *unwind; /* NULL in frame-pointer mode */
     const char *unwind_mode;
     uint32_t stack_bytes;

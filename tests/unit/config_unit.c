@@ -70,6 +70,7 @@ static bool same_config(const struct np_daemon_config *a, const struct np_daemon
            same_globs(&a->exclude_container, &b->exclude_container) &&
            a->max_output_bytes == b->max_output_bytes && a->cache_bytes == b->cache_bytes &&
            a->ring_buffer_bytes == b->ring_buffer_bytes &&
+           a->reader_backlog_bytes == b->reader_backlog_bytes &&
            a->cpu_budget_percent == b->cpu_budget_percent && a->rate_limit == b->rate_limit &&
            a->unwind == b->unwind && a->stack_bytes == b->stack_bytes &&
            a->python_depth == b->python_depth && a->python == b->python &&
@@ -100,6 +101,7 @@ static const char *const ALL_KEYS = "output_dir = /data/np\n"
                                     "cpu_budget = 2.5%\n"
                                     "rate_limit = 100\n"
                                     "ring_buffer = 256M\n"
+                                    "reader_backlog = 0\n"
                                     "unwind = fp\n"
                                     "stack_bytes = 8192\n"
                                     "python = raw\n"
@@ -133,6 +135,7 @@ static void check_all_keys(const struct np_daemon_config *c) {
     CHECK(c->cpu_budget_percent == 2.5);
     CHECK(c->rate_limit == 100);
     CHECK(c->ring_buffer_bytes == 256 * MIB);
+    CHECK(c->reader_backlog_bytes == 0);
     CHECK(c->unwind == UNWIND_FP);
     CHECK(c->stack_bytes == 8192);
     CHECK(c->python == NP_PYTHON_RAW);
@@ -160,6 +163,7 @@ static void test_defaults(void) {
     CHECK(c.max_output_bytes == 10 * GIB);
     CHECK(c.cache_bytes == 256 * MIB);
     CHECK(c.ring_buffer_bytes == 64 * MIB);
+    CHECK(c.reader_backlog_bytes == 2 * GIB);
     CHECK(c.cpu_budget_percent == 10);
     CHECK(c.rate_limit == 2000);
     CHECK(c.unwind == UNWIND_AUTO);
@@ -734,7 +738,7 @@ static void test_load(void) {
             }
             np_str_append(&un, "\n");
         }
-        CHECK(keys == 30); /* every key */
+        CHECK(keys == 31); /* every key */
         rc = parse(np_str_cstr(&un), &d);
         CHECK(rc == 0);
         if (rc)

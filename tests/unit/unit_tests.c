@@ -22,6 +22,7 @@
 #include "correlate/gpu.h"
 #include "correlate/graphs.h"
 #include "correlate/nccl_comms.h"
+#include "ingest/backlog.h"
 #include "ingest/ingest.h"
 #include "ingest/launch.h"
 #include "ingest/nccl_plan.h"
@@ -1039,8 +1040,86 @@ static void test_graph_identity(void) {
     np_graphs_free(&g);
 }
 
+/* The reader's backlog: records come out in order and whole, each scanned
+ * once before it can be popped, across chunks; past the budget a record is
+ * refused (a forced one kept), and chunks are given back as it empties. */
+static void test_backlog(void) {
+    struct np_backlog b;
+    np_backlog_init(&b, 12u << 20); /* three 4 MiB chunks, less their headers */
+    static uint8_t rec[70000];
+    size_t size;
+    uint32_t *flags, f;
+    CHECK(np_backlog_peek(&b, &size, &f) == NULL && np_backlog_scan(&b, &size, &flags) == NULL);
+    /* sizes that are not multiples of 8, one bigger than a page */
+    int pushed = 0, refused = 0;
+    for (int i = 0; i < 4000 && !refused; i++) {
+        size_t n = 1 + (size_t)(i * 7919) % 6000;
+        memset(rec, i & 0xff, n);
+        memcpy(rec, &i, sizeof(i));
+        int err = np_backlog_push(&b, rec, n < sizeof(i) ? sizeof(i) : n, false);
+        if (err == 0) {
+            pushed++;
+        } else {
+            CHECK(err == -ENOBUFS);
+            refused++;
+        }
+    }
+    CHECK(pushed > 2000 && refused > 0 && np_backlog_waiting(&b) == (uint64_t)pushed);
+    CHECK(b.bytes <= 12u << 20 && b.peak_records == (uint64_t)pushed);
+    CHECK(np_backlog_push(&b, rec, 100, true) == 0); /* forced: kept over the budget */
+    /* nothing is popped before it is scanned */
+    CHECK(np_backlog_peek(&b, &size, &f) == NULL);
+    int scanned = 0;
+    void *r;
+    while ((r = np_backlog_scan(&b, &size, &flags))) {
+        if (scanned % 2)
+            *flags |= NP_BACKLOG_DONE;
+        scanned++;
+    }
+    CHECK(scanned == pushed + 1);
+    bool in_order = true, whole = true, flagged = true;
+    for (int i = 0; i < pushed; i++) {
+        const uint8_t *p = np_backlog_peek(&b, &size, &f);
+        int id;
+        if (!p) {
+            in_order = false;
+            break;
+        }
+        memcpy(&id, p, sizeof(id));
+        in_order &= id == i;
+        whole &=
+            size == (1 + (size_t)(i * 7919) % 6000 < sizeof(id) ? sizeof(id)
+                                                                : 1 + (size_t)(i * 7919) % 6000) &&
+            (size <= sizeof(id) || p[size - 1] == (i & 0xff));
+        flagged &= ((f & NP_BACKLOG_DONE) != 0) == (i % 2 == 1);
+        np_backlog_pop(&b);
+    }
+    CHECK(in_order && whole && flagged);
+    CHECK(np_backlog_peek(&b, &size, &f) != NULL && size == 100);
+    np_backlog_pop(&b);
+    CHECK(np_backlog_waiting(&b) == 0 && np_backlog_peek(&b, &size, &f) == NULL);
+    CHECK(b.bytes <= (5u << 20)); /* emptied chunks went back: the tail one stays */
+    /* refill after emptying: still in order */
+    for (int i = 0; i < 3; i++)
+        CHECK(np_backlog_push(&b, &i, sizeof(i), false) == 0);
+    for (int i = 0; i < 3; i++) {
+        CHECK(np_backlog_scan(&b, &size, &flags) != NULL);
+    }
+    for (int i = 0; i < 3; i++) {
+        const int *p = np_backlog_peek(&b, &size, &f);
+        CHECK(p && *p == i);
+        np_backlog_pop(&b);
+    }
+    np_backlog_count_drop(&b, true, 5);
+    np_backlog_count_drop(&b, false, 0);
+    CHECK(b.dropped_launches == 1 && b.dropped_other == 1 && b.dropped_by_probe_len > 5 &&
+          b.dropped_by_probe[5] == 1);
+    np_backlog_free(&b);
+}
+
 int main(void) {
     test_demangle();
+    test_backlog();
     test_thunk();
     test_maps();
     test_sanitize();

@@ -1,0 +1,67 @@
+/* backlog.h - the records read from the ring buffer and not yet handled.
+ * Draining the ring (a copy per record) is cheap; unwinding and
+ * symbolizing are not, and a first look at a library's debug info can take
+ * tens of milliseconds. A thread of its own (drain.c) empties the BPF ring
+ * into this backlog, so a burst, or a stall of the reader, waits here in
+ * memory instead of overflowing the ring; the session's thread works it
+ * off (ingest.c).
+ *
+ * A FIFO of records in chunks, bounded by a memory budget: a record that
+ * does not fit is dropped and counted (never silently). One producer (the
+ * drain thread), one consumer (the session's thread), one lock, never held
+ * while a record is copied. The
+ * consumer goes over each record twice: first as soon as it can (scan:
+ * what cannot wait - new code to probe, Python code objects that may not
+ * live long), then in turn (peek/pop: unwinding, symbolizing, writing). */
+#ifndef NP_INGEST_BACKLOG_H
+#define NP_INGEST_BACKLOG_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct np_backlog_chunk;
+
+/* A record's flags in the backlog. */
+enum { NP_BACKLOG_DONE = 1 }; /* handled when scanned: pop it without handling it again */
+
+struct np_backlog {
+    pthread_mutex_t lock;
+    struct np_backlog_chunk *head, *tail; /* read from head, appended at tail */
+    struct np_backlog_chunk *scan;        /* the chunk of the next record to scan */
+    size_t scan_off;
+    struct np_backlog_chunk *spare; /* emptied chunks, kept for reuse */
+    uint64_t nspare;
+    uint64_t budget;                   /* most bytes of chunks held; 0: no limit */
+    size_t chunk_bytes;                /* a chunk's room for records (a bigger record: more) */
+    uint64_t bytes;                    /* bytes of chunks held now (spare ones excluded) */
+    uint64_t queued, scanned, popped;  /* records ever queued, scanned, popped */
+    uint64_t peak_bytes, peak_records; /* the most ever held */
+    /* records that did not fit: launch records (also per probe called) and others */
+    uint64_t dropped_launches, dropped_other;
+    uint64_t *dropped_by_probe;
+    size_t dropped_by_probe_len;
+};
+
+void np_backlog_init(struct np_backlog *b, uint64_t budget_bytes);
+void np_backlog_free(struct np_backlog *b);
+/* Copies a record in (the producer); -ENOBUFS when it would take the
+ * backlog over its budget (unless forced: over it), -ENOMEM without memory;
+ * the record is not kept then. */
+int np_backlog_push(struct np_backlog *b, const void *data, size_t size, bool force);
+/* The next record not scanned yet, or NULL; *flags may be changed. */
+void *np_backlog_scan(struct np_backlog *b, size_t *size, uint32_t **flags);
+/* The oldest record scanned and not popped, or NULL; valid until popped. */
+const void *np_backlog_peek(struct np_backlog *b, size_t *size, uint32_t *flags);
+void np_backlog_pop(struct np_backlog *b);
+/* np_backlog_pop, then np_backlog_peek, under one lock. */
+const void *np_backlog_pop_peek(struct np_backlog *b, size_t *size, uint32_t *flags);
+/* Records waiting now (queued, not popped). */
+uint64_t np_backlog_waiting(struct np_backlog *b);
+/* Launch records dropped so far (another thread may be dropping more). */
+uint64_t np_backlog_dropped_launches(struct np_backlog *b);
+/* A launch record (probe called: id) or another record was dropped. */
+void np_backlog_count_drop(struct np_backlog *b, bool launch, uint32_t id);
+
+#endif
