@@ -86,6 +86,16 @@ struct launch_scope {
     __u64 sp;       /* stack pointer at its entry: its return address lives there */
     __u64 ret_addr; /* the return address, to tell a live activation from a stale one */
     __u32 probe_id;
+    __u32 flags; /* enum scope_flags: what became of a fast-path launch's int3 hit */
+};
+
+/* A launch probe the CUPTI marker can take (np_probe_cfg.fast) sent its
+ * launch: the marker inside the same call must then only name its
+ * correlation id. The first marker inside the call consumes the scope, so
+ * a stale one never decides for a later call (take_at_marker). */
+enum scope_flags {
+    SCOPE_SENT = 1u << 0,     /* the int3 hit of a fast-path probe sent the launch record */
+    SCOPE_CONSUMED = 1u << 1, /* a marker has decided for this call */
 };
 
 struct {
@@ -211,7 +221,7 @@ static __always_inline __u64 arg_value(struct np_launch_event *e, int idx) {
  * cuLaunchKernelEx) and, if not, make it the thread's innermost launch.
  * An older scope is still live when our stack pointer is below its entry
  * stack pointer and its return address is still in place there. */
-static __always_inline void track_scope(struct np_launch_event *e, __u32 tid) {
+static __always_inline void track_scope(struct np_launch_event *e, __u32 tid, __u32 flags) {
     struct launch_scope *outer = bpf_map_lookup_elem(&scope_by_tid, &tid);
     __u64 slot = 0;
 
@@ -222,7 +232,8 @@ static __always_inline void track_scope(struct np_launch_event *e, __u32 tid) {
         e->outer_probe = outer->probe_id;
         return;
     }
-    struct launch_scope now = {.sp = e->sp, .ret_addr = e->ret_addr, .probe_id = e->called_as};
+    struct launch_scope now = {
+        .sp = e->sp, .ret_addr = e->ret_addr, .probe_id = e->called_as, .flags = flags};
     if (outer) /* only this thread writes its entry: in place, no update's bucket lock */
         *outer = now;
     else
@@ -656,9 +667,72 @@ static __always_inline void capture_python(struct np_launch_event *e, const stru
     }
 }
 
+/* ---- The agent's fast path (events.h) ---------------------------------- */
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 65536);
+    __type(key, __u32); /* tgid */
+    __type(value, __u32);
+} fast_procs SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 65536);
+    __type(key, struct np_fast_key);
+    __type(value, struct np_fast_cfg);
+} fast_cbids SEC(".maps");
+
+/* The launch's arguments from CUPTI's params struct: its raw bytes in
+ * args[] and stack_args[] (user space decodes them per callback id), and
+ * the Ex launches' config, which the params point at, in deref[]. */
+static __always_inline void take_params(struct np_launch_event *e, const struct np_fast_cfg *fast,
+                                        __u64 params) {
+    __u32 len = fast->params_len;
+    __builtin_memset(e->args, 0, sizeof(e->args));
+    __builtin_memset(e->stack_args, 0, sizeof(e->stack_args));
+    if (len > NP_FAST_PARAMS_MAX)
+        len = NP_FAST_PARAMS_MAX;
+    _Static_assert(sizeof(e->args) + sizeof(e->stack_args) == NP_FAST_PARAMS_MAX, "params span");
+    if (bpf_probe_read_user(e->args, len, (void *)params) != 0) {
+        e->flags |= NP_LF_ARGS_ERR;
+        return;
+    }
+    if (fast->deref_at < 0 || fast->deref_at > NP_FAST_PARAMS_MAX - 8)
+        return;
+    __u64 ptr = 0;
+    bpf_probe_read_user(&ptr, sizeof(ptr), (void *)(params + fast->deref_at));
+    __u32 dlen = fast->deref_len;
+    if (dlen > NP_DEREF_BYTES)
+        dlen = NP_DEREF_BYTES;
+    if (ptr && bpf_probe_read_user(e->deref, dlen, (void *)ptr) != 0)
+        e->flags |= NP_LF_DEREF_ERR;
+}
+
+/* A live scope (an activation still on the stack below sp). */
+static __always_inline bool scope_live(const struct launch_scope *sc, __u64 sp) {
+    __u64 slot = 0;
+    return sp < sc->sp && bpf_probe_read_user(&slot, sizeof(slot), (void *)sc->sp) == 0 &&
+           slot == sc->ret_addr;
+}
+
+/* A launch taken at the marker is nested when the thread is inside another
+ * probed launch (ncclLaunchKernel calling cuLaunchKernelEx): flagged as
+ * the int3 probe would, never made the thread's scope. */
+static __always_inline void nested_in_scope(struct np_launch_event *e, __u32 tid) {
+    struct launch_scope *outer = bpf_map_lookup_elem(&scope_by_tid, &tid);
+    if (outer && !(outer->flags & SCOPE_SENT) && scope_live(outer, e->sp)) {
+        e->flags |= NP_LF_NESTED;
+        e->outer_probe = outer->probe_id;
+    }
+}
+
 /* ts: the hit's time, shared with the NCCL plan record of the same hit. */
+/* fast: the launch is taken at the CUPTI marker (NP_LF_AT_MARKER): its
+ * arguments come from CUPTI's params struct at `params`, not registers. */
 static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_probe_cfg *cfg,
-                                       __u32 probe_id, __u64 pid_tgid, __u64 ts) {
+                                       __u32 probe_id, __u64 pid_tgid, __u64 ts,
+                                       const struct np_fast_cfg *fast, __u64 params) {
     __u32 cpu = bpf_get_smp_processor_id();
     struct np_launch_event *e = bpf_map_lookup_elem(&launch_scratch, &cpu);
     if (!e)
@@ -673,16 +747,23 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
     bpf_get_current_comm(e->comm, sizeof(e->comm));
     e->sp = PT_REGS_SP(ctx);
     e->bp = PT_REGS_FP(ctx);
-    read_reg_args(ctx, e->args);
     e->ret_addr = 0;
-    bpf_probe_read_user(&e->ret_addr, sizeof(e->ret_addr), (void *)e->sp);
-    if (bpf_probe_read_user(e->stack_args, sizeof(e->stack_args), (void *)(e->sp + 8)) != 0) {
-        __builtin_memset(e->stack_args, 0, sizeof(e->stack_args));
-        e->flags |= NP_LF_ARGS_ERR;
-    }
+    e->corr_id = 0;
     __builtin_memset(e->deref, 0, sizeof(e->deref));
-    if (cfg->deref_arg >= 0)
-        copy_deref(e, cfg);
+    if (fast) {
+        e->flags |= NP_LF_AT_MARKER;
+        take_params(e, fast, params);
+        e->corr_id = (__u32)PT_REGS_PARM1(ctx);
+    } else {
+        read_reg_args(ctx, e->args);
+        bpf_probe_read_user(&e->ret_addr, sizeof(e->ret_addr), (void *)e->sp);
+        if (bpf_probe_read_user(e->stack_args, sizeof(e->stack_args), (void *)(e->sp + 8)) != 0) {
+            __builtin_memset(e->stack_args, 0, sizeof(e->stack_args));
+            e->flags |= NP_LF_ARGS_ERR;
+        }
+        if (cfg->deref_arg >= 0)
+            copy_deref(e, cfg);
+    }
 
     __u32 n = 1, copied = 0;
     if (stack_bytes) {
@@ -699,9 +780,14 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
     e->n_py = 0;
 
     __u32 tid = (__u32)pid_tgid;
-    if (cfg->role == NP_ROLE_LAUNCH) {
+    if (fast) {
+        e->called_as = fast->called_as;
+        if (fast->called_as != probe_id)
+            e->flags |= NP_LF_VIA_THUNK;
+        nested_in_scope(e, tid);
+    } else if (cfg->role == NP_ROLE_LAUNCH) {
         take_thunk(e, tid);
-        track_scope(e, tid);
+        track_scope(e, tid, cfg->fast ? SCOPE_SENT : 0);
     }
 
     __u64 size = NP_LAUNCH_FIXED_SIZE + n * sizeof(__u64) + copied;
@@ -724,6 +810,8 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
         return 0;
     }
     count(NP_CNT_LAUNCH_SENT);
+    if (fast)
+        count(NP_CNT_FAST_LAUNCHES);
     return 0;
 }
 
@@ -1030,6 +1118,49 @@ static __always_inline bool over_rate_limit(__u32 probe_id, __u64 now, __u32 tgi
     return true;
 }
 
+/* ncclprobe_cupti_marker(corr, domain, cbid, params): params is set for the
+ * outermost launch API call of the thread (NULL for the driver call a
+ * runtime launch makes). The marker sends the whole launch when the
+ * process is on the fast path and no int3 probe sent this call already:
+ * an int3 hit of a fast-path launch probe leaves its scope (SCOPE_SENT),
+ * which the first marker inside that call consumes. So at every switch
+ * (user space sets fast_procs, then detaches the int3 probes; attaches them
+ * again, then clears it) each launch is sent once: by its int3 hit, or by
+ * its marker. Returns false when the marker only names its correlation id. */
+static __always_inline bool take_at_marker(struct pt_regs *ctx, __u64 pid_tgid) {
+    __u64 params = PT_REGS_PARM4(ctx);
+    __u32 tid = (__u32)pid_tgid, pid = pid_tgid >> 32;
+    if (!params || !stack_bytes) /* frame-pointer stacks: the int3 path only */
+        return false;
+    struct launch_scope *sc = bpf_map_lookup_elem(&scope_by_tid, &tid);
+    if (sc && (sc->flags & SCOPE_SENT) && !(sc->flags & SCOPE_CONSUMED) &&
+        scope_live(sc, PT_REGS_SP(ctx))) {
+        sc->flags |= SCOPE_CONSUMED;
+        return false;
+    }
+    __u32 *on = bpf_map_lookup_elem(&fast_procs, &pid);
+    if (!on || !*on)
+        return false;
+    struct np_fast_key key = {
+        .pid = pid, .domain = (__u32)PT_REGS_PARM2(ctx), .cbid = (__u32)PT_REGS_PARM3(ctx)};
+    struct np_fast_cfg *fast = bpf_map_lookup_elem(&fast_cbids, &key);
+    if (!fast)
+        return false;
+    __u32 probe_id = fast->probe_id;
+    struct np_probe_cfg *cfg = bpf_map_lookup_elem(&probe_cfg, &probe_id);
+    if (!cfg || cfg->pid != pid)
+        return false;
+    count_probe(&probe_hits, fast->called_as);
+    if (paused && !capturing(pid))
+        return false;
+    __u64 ts = bpf_ktime_get_ns();
+    if (over_rate_limit(probe_id, ts, pid))
+        return false;
+    count(NP_CNT_LAUNCH_HITS);
+    emit_launch(ctx, cfg, probe_id, pid_tgid, ts, fast, params);
+    return true;
+}
+
 static __always_inline int on_entry(struct pt_regs *ctx) {
     __u32 probe_id = (__u32)bpf_get_attach_cookie(ctx);
     __u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -1059,7 +1190,7 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
         if (nccl)
             emit_nccl_plan(ctx, nccl, probe_id, pid_tgid, ts);
         count(NP_CNT_LAUNCH_HITS);
-        return emit_launch(ctx, cfg, probe_id, pid_tgid, ts);
+        return emit_launch(ctx, cfg, probe_id, pid_tgid, ts, NULL, 0);
     }
     case NP_ROLE_API: {
         if (paused)
@@ -1068,7 +1199,7 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
         if (over_rate_limit(probe_id, ts, pid_tgid >> 32))
             return 0;
         count(NP_CNT_LAUNCH_HITS);
-        return emit_launch(ctx, cfg, probe_id, pid_tgid, ts);
+        return emit_launch(ctx, cfg, probe_id, pid_tgid, ts, NULL, 0);
     }
     case NP_ROLE_THUNK:
         remember_thunk(ctx, probe_id, (__u32)pid_tgid);
@@ -1086,7 +1217,8 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
         report_loader_change(pid_tgid, cfg);
         return 0;
     case NP_ROLE_MARKER:
-        report_marker(ctx, pid_tgid);
+        if (!take_at_marker(ctx, pid_tgid))
+            report_marker(ctx, pid_tgid);
         return 0;
     }
     return 0;
