@@ -293,6 +293,11 @@ static void detach_fast_site(struct np_probe_site *s) {
     s->link = NULL;
 }
 
+static void *detach_fast_worker(void *arg) {
+    detach_fast_site(arg);
+    return NULL;
+}
+
 static int remember_multi_link(struct np_attacher *a, int fd, pid_t pid) {
     if (a->nmulti == a->multi_cap) {
         size_t ncap = a->multi_cap ? a->multi_cap * 2 : 16;
@@ -689,12 +694,24 @@ int np_attacher_fast_on(struct np_attacher *a, const struct np_process *p, bool 
     if (ntake && bpf_map__update_elem(a->skel->maps.fast_procs, &key, sizeof(key), &on, sizeof(on),
                                       BPF_ANY) < 0)
         ntake = 0;
-    /* from here the marker takes every call whose int3 hit did not send it */
+    /* from here the marker takes every call whose int3 hit did not send it;
+     * each removal waits for an RCU grace period: on threads of their own,
+     * the waits overlap */
+    uint64_t start = np_monotonic_ns();
+    pthread_t threads[ntake ? ntake : 1];
+    size_t started = 0;
     for (size_t k = 0; k < ntake; k++) {
         struct np_probe_site *s = &a->sites[take[k]];
-        detach_fast_site(s);
         s->fast_detached = true;
+        if (pthread_create(&threads[started], NULL, detach_fast_worker, s) == 0)
+            started++;
+        else
+            detach_fast_site(s);
     }
+    for (size_t k = 0; k < started; k++)
+        pthread_join(threads[k], NULL);
+    np_debug("pid %d: %zu int3 uprobes removed in %.1f ms", pid, ntake,
+             (double)(np_monotonic_ns() - start) / 1e6);
     free(take);
     if (!ntake)
         fast_forget(a, pid);

@@ -126,6 +126,7 @@ struct options {
     bool no_records; /* the GPU never reports: launches stay without records */
     bool threads_given;
     long sleep_us;            /* live: pause between rounds */
+    long pace_us;             /* other scenarios: pause after each call (0: none) */
     bool no_graph_nodes;      /* capture: CUPTI announces no graph nodes */
     bool replay_until_signal; /* capture: replays until a stop signal, not --iters */
 };
@@ -208,6 +209,8 @@ static void write_line(const struct text *t) {
 }
 
 static void write_truth(const struct call_truth *c) {
+    if (opts.pace_us && !c->live) /* a steady rate: launches go on while ncclprobe switches */
+        progs_sleep_us(opts.pace_us);
     struct text t = {.len = 0};
     append(&t, "{\"tid\":%ld,\"api\":\"%s\"", c->tid, c->api);
     if (c->has_grid)
@@ -976,7 +979,7 @@ static void usage(FILE *out) {
                  "                 [--scenario eager|graph|memcpy|threads|mixed|live|capture]\n"
                  "                 [--threads N] [--iters N] [--reverse-buffers] [--drop N]\n"
                  "                 [--expect FILE] [--wait-signal] [--no-records] [--sleep-us N]\n"
-                 "                 [--no-graph-nodes] [--replay-until-signal]\n");
+                 "                 [--no-graph-nodes] [--replay-until-signal] [--pace-us N]\n");
 }
 
 static bool known_scenario(const char *name) {
@@ -1000,6 +1003,7 @@ static void parse_options(int argc, char **argv) {
         OPT_WAIT,
         OPT_NOREC,
         OPT_SLEEP,
+        OPT_PACE,
         OPT_NO_NODES,
         OPT_REPLAY_LOOP
     };
@@ -1014,6 +1018,7 @@ static void parse_options(int argc, char **argv) {
         {"wait-signal", no_argument, NULL, OPT_WAIT},
         {"no-records", no_argument, NULL, OPT_NOREC},
         {"sleep-us", required_argument, NULL, OPT_SLEEP},
+        {"pace-us", required_argument, NULL, OPT_PACE},
         {"no-graph-nodes", no_argument, NULL, OPT_NO_NODES},
         {"replay-until-signal", no_argument, NULL, OPT_REPLAY_LOOP},
         {"help", no_argument, NULL, 'h'},
@@ -1049,6 +1054,9 @@ static void parse_options(int argc, char **argv) {
             break;
         case OPT_SLEEP:
             opts.sleep_us = progs_parse_long("--sleep-us", optarg, 0);
+            break;
+        case OPT_PACE:
+            opts.pace_us = progs_parse_long("--pace-us", optarg, 0);
             break;
         case OPT_WAIT:
             opts.wait_signal = true;
