@@ -13,7 +13,10 @@ makes real launch calls (libcudart, the driver double libfakecuda.so) and writes
 scripted to its --expect file."""
 
 import json
+import os
+import signal
 import subprocess
+import threading
 import time
 from collections import Counter
 
@@ -22,12 +25,44 @@ import pytest
 from lib.cupti_app import record_cupti_app, truth
 from lib.daemon import wait_for
 from lib.jsonl import read_jsonl
-from lib.paths import NCCLPROBE
+from lib.paths import CUPTI_LIB, NCCLPROBE, PROGS
 from lib.skip import needs_bpf, needs_replay
 from test_gpu_join import check_launches, check_merged
 from test_live_agent import LiveApp
 
 pytestmark = [needs_bpf, needs_replay]
+
+APP = PROGS / "cupti_app"
+
+
+def record_switched(tmp_path, app_args, extra=()):
+    """`ncclprobe record [EXTRA] -- cupti_app --wait-signal APP_ARGS`: the app is started
+    once the library said hello and, on the fast path, once ncclprobe switched to it (so a
+    loaded machine cannot make the whole run happen before). Returns (recording, --expect
+    file, ncclprobe's stderr)."""
+    out, expect = tmp_path / "rec", tmp_path / "expect.jsonl"
+    proc = subprocess.Popen([str(NCCLPROBE), "record", "-o", str(out), "--cupti-socket",
+                             str(tmp_path / "c.sock"), *extra, "--", str(APP), "--injection",
+                             str(CUPTI_LIB), "--expect", str(expect), "--wait-signal",
+                             *app_args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    err = []
+    reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
+    reader.start()
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("ready "), line + "".join(err)
+        want = "GPU records from" if "int3" in extra else "libncclprobe_cupti.so's marker ("
+        wait_for(lambda: any(want in e for e in err), 30, want)
+        os.kill(int(line.split()[1]), signal.SIGUSR1)
+        proc.stdout.read()
+        assert proc.wait(timeout=120) == 0, "".join(err)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(timeout=10)
+    return out, expect, "".join(err)
 
 
 def summary(out):
@@ -56,23 +91,25 @@ def launch_args(out):
 
 
 @pytest.mark.parametrize("scenario,args", [
-    ("eager", ["--iters", "300", "--pace-us", "2000"]),
-    ("mixed", ["--iters", "60", "--pace-us", "2000"]),
-    ("threads", ["--threads", "4", "--iters", "200", "--pace-us", "2000"]),
+    ("eager", ["--iters", "100"]),
+    ("mixed", ["--iters", "30"]),
+    ("threads", ["--threads", "4", "--iters", "100"]),
 ])
 def test_same_stacks_with_the_fast_path_on_and_off(tmp_path, scenario, args):
-    on, expect_on, proc_on = record_cupti_app(tmp_path / "on", ["--scenario", scenario, *args])
-    off, expect_off, _ = record_cupti_app(tmp_path / "off", ["--scenario", scenario, *args],
-                                          extra=["--launch-probes", "int3"])
+    (tmp_path / "on").mkdir()
+    (tmp_path / "off").mkdir()
+    on, expect_on, err_on = record_switched(tmp_path / "on", ["--scenario", scenario, *args])
+    off, expect_off, _ = record_switched(tmp_path / "off", ["--scenario", scenario, *args],
+                                         extra=["--launch-probes", "int3"])
     s_on, s_off = summary(on)["totals"], summary(off)["totals"]
-    # on: most launches were taken at the marker (the first ones, before the library said
-    # hello, at their int3 uprobes); off: none
+    # on: the launches were taken at the marker (the app starts once ncclprobe switched);
+    # off: none
     launches = len(truth(expect_on)[0])
     # graph launches stay on int3 (not on the fast path)
     fast_apis = [r for r in truth(expect_on)[0] if "Graph" not in r["api"]]
-    assert s_on["launches_at_marker"] > len(fast_apis) // 2, s_on
+    assert s_on["launches_at_marker"] == len(fast_apis), s_on
     assert s_off["launches_at_marker"] == 0 and s_off["launches_at_marker_sent"] == 0
-    assert "launches taken at libncclprobe_cupti.so's marker" in proc_on.stderr
+    assert "launches taken at libncclprobe_cupti.so's marker" in err_on
     assert stacks(on / "launches.folded") == stacks(off / "launches.folded")
     assert (on / "merged.folded").read_text() == (off / "merged.folded").read_text()
     # on several threads the app's kernel names and GPU durations depend on the threads'

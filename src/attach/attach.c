@@ -120,8 +120,8 @@ int np_attacher_release_pid(struct np_attacher *a, pid_t pid) {
         bpf_map__update_elem(a->skel->maps.probe_cfg, &s->id, sizeof(s->id), &off, sizeof(off),
                              BPF_ANY);
         bpf_map__delete_elem(a->skel->maps.nccl_cfg, &s->id, sizeof(s->id), 0);
-        if (s->fast_fd)
-            close(s->fast_fd - 1);
+        if (s->fast_fd && (!b || !np_close_batch_add_fd(b, s->fast_fd - 1)))
+            close(s->fast_fd - 1); /* no memory: closed here, at once */
         s->fast_fd = 0;
         if (!b || !np_close_batch_add_site(b, s)) { /* no memory: closed here, at once */
             bpf_link__destroy(s->link);
