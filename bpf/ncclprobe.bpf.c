@@ -1127,38 +1127,42 @@ static __always_inline bool over_rate_limit(__u32 probe_id, __u64 now, __u32 tgi
  * (user space sets fast_procs, then detaches the int3 probes; attaches them
  * again, then clears it) each launch is sent once: by its int3 hit, or by
  * its marker. Returns false when the marker only names its correlation id. */
-static __always_inline bool take_at_marker(struct pt_regs *ctx, __u64 pid_tgid) {
+static __always_inline struct np_fast_cfg *take_at_marker(struct pt_regs *ctx, __u64 pid_tgid,
+                                                          __u32 *probe_id,
+                                                          struct np_probe_cfg **cfgp, __u64 *ts) {
     __u64 params = PT_REGS_PARM4(ctx);
     __u32 tid = (__u32)pid_tgid, pid = pid_tgid >> 32;
     if (!params || !stack_bytes) /* frame-pointer stacks: the int3 path only */
-        return false;
+        return NULL;
     struct launch_scope *sc = bpf_map_lookup_elem(&scope_by_tid, &tid);
     if (sc && (sc->flags & SCOPE_SENT) && !(sc->flags & SCOPE_CONSUMED) &&
         scope_live(sc, PT_REGS_SP(ctx))) {
         sc->flags |= SCOPE_CONSUMED;
-        return false;
+        return NULL;
     }
     __u32 *on = bpf_map_lookup_elem(&fast_procs, &pid);
     if (!on || !*on)
-        return false;
+        return NULL;
     struct np_fast_key key = {
         .pid = pid, .domain = (__u32)PT_REGS_PARM2(ctx), .cbid = (__u32)PT_REGS_PARM3(ctx)};
     struct np_fast_cfg *fast = bpf_map_lookup_elem(&fast_cbids, &key);
     if (!fast)
-        return false;
-    __u32 probe_id = fast->probe_id;
-    struct np_probe_cfg *cfg = bpf_map_lookup_elem(&probe_cfg, &probe_id);
+        return NULL;
+    __u32 id = fast->probe_id;
+    struct np_probe_cfg *cfg = bpf_map_lookup_elem(&probe_cfg, &id);
     if (!cfg || cfg->pid != pid)
-        return false;
+        return NULL;
     count_probe(&probe_hits, fast->called_as);
     if (paused && !capturing(pid))
-        return false;
-    __u64 ts = bpf_ktime_get_ns();
-    if (over_rate_limit(probe_id, ts, pid))
-        return false;
+        return NULL;
+    __u64 now = bpf_ktime_get_ns();
+    if (over_rate_limit(id, now, pid))
+        return NULL;
     count(NP_CNT_LAUNCH_HITS);
-    emit_launch(ctx, cfg, probe_id, pid_tgid, ts, fast, params);
-    return true;
+    *probe_id = id;
+    *cfgp = cfg;
+    *ts = now;
+    return fast;
 }
 
 static __always_inline int on_entry(struct pt_regs *ctx) {
@@ -1176,6 +1180,8 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
     }
     count_probe(&probe_hits, probe_id);
 
+    struct np_fast_cfg *fast = NULL;
+    __u64 launch_ts = 0, params = 0;
     switch (cfg->role) {
     case NP_ROLE_LAUNCH: {
         /* while a capture is on in the process its launches all go: the
@@ -1190,7 +1196,8 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
         if (nccl)
             emit_nccl_plan(ctx, nccl, probe_id, pid_tgid, ts);
         count(NP_CNT_LAUNCH_HITS);
-        return emit_launch(ctx, cfg, probe_id, pid_tgid, ts, NULL, 0);
+        launch_ts = ts;
+        break;
     }
     case NP_ROLE_API: {
         if (paused)
@@ -1199,7 +1206,8 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
         if (over_rate_limit(probe_id, ts, pid_tgid >> 32))
             return 0;
         count(NP_CNT_LAUNCH_HITS);
-        return emit_launch(ctx, cfg, probe_id, pid_tgid, ts, NULL, 0);
+        launch_ts = ts;
+        break;
     }
     case NP_ROLE_THUNK:
         remember_thunk(ctx, probe_id, (__u32)pid_tgid);
@@ -1217,11 +1225,19 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
         report_loader_change(pid_tgid, cfg);
         return 0;
     case NP_ROLE_MARKER:
-        if (!take_at_marker(ctx, pid_tgid))
+        fast = take_at_marker(ctx, pid_tgid, &probe_id, &cfg, &launch_ts);
+        if (!fast) {
             report_marker(ctx, pid_tgid);
+            return 0;
+        }
+        params = PT_REGS_PARM4(ctx);
+        break;
+    default:
         return 0;
     }
-    return 0;
+    /* one call site for every launch record: the verifier walks it (its stack copy, its
+     * Python walk) once, not once per role */
+    return emit_launch(ctx, cfg, probe_id, pid_tgid, launch_ts, fast, params);
 }
 
 static __always_inline int on_return(struct pt_regs *ctx) {
