@@ -177,7 +177,7 @@ def main():
         f"{med['callbacks'] - med['bare']:.0f} | - | {wall['callbacks']:.0f} | - | - |",
         f"| int3 path (`--launch-probes int3`) | {med['int3']:.0f} | {add['int3']:.0f} | "
         f"{probes['int3']:.0f} | {wall['int3']:.0f} | {bpf['int3']:.0f} | {runs['int3']:.2f} |",
-        f"| fast path (default) | {med['fast']:.0f} | {add['fast']:.0f} | "
+        f"| fast path (`--launch-probes auto`) | {med['fast']:.0f} | {add['fast']:.0f} | "
         f"{probes['fast']:.0f} | {wall['fast']:.0f} | {bpf['fast']:.0f} | {runs['fast']:.2f} |",
         "",
         f"- added cost vs bare, fast / int3: **{add['fast'] / add['int3']:.2f}** (medians); per "
