@@ -3,8 +3,9 @@ serves a process, its launches are taken at the library's marker, from CUPTI's p
 and the int3 uprobes of those launch functions are removed; when the library goes, they come
 back. What must hold:
 
-- the same program traced with the fast path on (`--launch-probes auto`, opt-in) and off
-  (`--launch-probes int3`, the default) gives the same folded stacks, launch arguments and GPU join;
+- the same program traced with the fast path on (`--launch-probes auto`, opt-in) and
+  off (`--launch-probes int3`, the default) gives the same folded stacks, launch arguments
+  and GPU join;
 - at each switch (on: the library said hello; off: its connection ended) no launch is lost
   and none is counted twice, with launches in flight on several threads.
 
@@ -156,12 +157,14 @@ def test_switching_on_and_back_to_int3_loses_and_doubles_nothing(tmp_path):
         wait_for(lambda: app.launched() >= 10, 20, "launches before ncclprobe")
         a_out = tmp_path / "a"
         a = subprocess.Popen([str(NCCLPROBE), "record", "--pid", str(app.pid), "--cupti",
-                              "--launch-probes", "auto", "-o", str(a_out), "--cupti-socket", str(tmp_path / "a.sock"),
-                              "--duration", "7"], stderr=subprocess.PIPE, text=True)
+                              "--launch-probes", "auto", "-o", str(a_out), "--cupti-socket",
+                              str(tmp_path / "a.sock"), "--duration", "7"],
+                             stderr=subprocess.PIPE, text=True)
         time.sleep(3)
         b = subprocess.run([str(NCCLPROBE), "record", "--pid", str(app.pid), "--cupti",
-                            "--launch-probes", "auto", "-o", str(tmp_path / "b"), "--cupti-socket", str(tmp_path / "b.sock"),
-                            "--duration", "1"], capture_output=True, text=True, timeout=60)
+                            "--launch-probes", "auto", "-o", str(tmp_path / "b"),
+                            "--cupti-socket", str(tmp_path / "b.sock"), "--duration", "1"],
+                           capture_output=True, text=True, timeout=60)
         assert b.returncode == 0, b.stderr
         _, a_err = a.communicate(timeout=60)
         assert a.returncode == 0, a_err
