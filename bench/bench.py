@@ -299,6 +299,35 @@ def irq_work_count():
     return None
 
 
+def cpu_ns(pid):
+    """CPU time of every thread of a process so far (ns, /proc/PID/task/*/schedstat), or None."""
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def pin(pid, cpus):
+    """Every thread of a process (and so the threads it makes later) onto cpus."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return
+    for tid in tids:
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:
+            pass
+
+
 def cpu_seconds(pid):
     """utime + stime of a (possibly zombie, not yet reaped) process, in seconds."""
     try:

@@ -145,33 +145,8 @@ def prog_stats(pid):
     return out
 
 
-def cpu_ns(pid):
-    """CPU time of every thread of a process so far (ns, /proc/PID/task/*/schedstat), or None."""
-    total = 0
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return None
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return total
 
 
-def pin(pid, cpu):
-    """Every thread of a process (and so the threads it makes later) onto one CPU."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return
-    for tid in tids:
-        try:
-            os.sched_setaffinity(int(tid), {cpu})
-        except OSError:
-            pass
 
 
 def prog_names(ids):
@@ -302,10 +277,10 @@ def one_run(args, config, tracer):
         if not wl.wait_line(r"^ready (\d+)$", 30, key="out"):
             raise RuntimeError(f"{config}: the workload did not start:\n{wl.text()}")
         if args.pin:
-            pin(wl.pid, args.pin[0])
+            bench.pin(wl.pid, {args.pin[0]})
         tp = tracer.start(wl.pid, workdir)
         if tp and args.pin:
-            pin(tp.pid, args.pin[1])
+            bench.pin(tp.pid, {args.pin[1]})
         if tp:
             time.sleep(args.settle)  # the tracer's start-up work
         wl.send(signal.SIGUSR1)
@@ -316,7 +291,7 @@ def one_run(args, config, tracer):
             if isinstance(tracer, Ncclprobe):
                 ring = bench.RingPos(tp.pid)
             s0, prod0, on0 = prog_stats(tp.pid), ring.read() if ring else None, BPF.is_on()
-            cpu0 = cpu_ns(tp.pid)
+            cpu0 = bench.cpu_ns(tp.pid)
         wl.send(signal.SIGUSR1)
         if not wl.wait_line(r"^done$", args.timeout, key="out"):
             raise RuntimeError(f"{config}: the timed launches did not finish:\n{wl.text()}")
@@ -326,7 +301,7 @@ def one_run(args, config, tracer):
                "made": int(res["launches"] + (res["warmup"] if py else args.c_warmup))}
         if tp:
             s1, prod1, on1 = prog_stats(tp.pid), ring.read() if ring else None, BPF.is_on()
-            cpu1 = cpu_ns(tp.pid)
+            cpu1 = bench.cpu_ns(tp.pid)
             if cpu0 is not None and cpu1 is not None:
                 out["tracer_cpu_us"] = (cpu1 - cpu0) / 1e3 / out["timed"]
             delta = stats_delta(s0, s1)

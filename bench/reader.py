@@ -35,46 +35,21 @@ import bench
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def cpu_ns(pid):
-    """CPU time of every thread of a process so far (ns, schedstat), or None."""
-    total = 0
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return None
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return total
 
 
 def settle(pid, quiet_ns=3_000_000, step=0.1, limit=20.0):
     """Waits until the process's CPU time grows by less than quiet_ns in a step; returns it."""
-    last = cpu_ns(pid)
+    last = bench.cpu_ns(pid)
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         time.sleep(step)
-        now = cpu_ns(pid)
+        now = bench.cpu_ns(pid)
         if now is None or last is None or now - last < quiet_ns:
             return now
         last = now
     return last
 
 
-def pin(pid, cpus):
-    """Every thread of a process (and so the threads it makes later) onto cpus."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return
-    for tid in tids:
-        try:
-            os.sched_setaffinity(int(tid), cpus)
-        except OSError:
-            pass
 
 
 def one_run(args, name, binary, extra):
@@ -92,8 +67,8 @@ def one_run(args, name, binary, extra):
         if not tp.wait_line(rf"recording process {wl.pid}\b", 30, key="err"):
             raise RuntimeError(f"{name} did not attach:\n{tp.text()}")
         if args.pin:
-            pin(wl.pid, {args.pin[0]})
-            pin(tp.pid, {args.pin[1]})
+            bench.pin(wl.pid, {args.pin[0]})
+            bench.pin(tp.pid, {args.pin[1]})
         cpu0 = settle(tp.pid)
         wl.send(signal.SIGUSR1)
         m = wl.wait_line(r"^launches (\d+) seconds ([0-9.]+)$", args.seconds + 60, key="out")

@@ -87,16 +87,11 @@ const char *np_launch_kernel_name(const struct np_kernel_names *names, struct np
             return from_stack;
     }
     /* "<unnamed 0x...>", for every launch of such a kernel: not printf */
-    static const char digits[] = "0123456789abcdef";
-    char hex[17], *h = hex + sizeof(hex);
-    uint64_t v = l->func;
-    *--h = '\0';
-    do
-        *--h = digits[v & 15];
-    while (v >>= 4);
-    size_t plen = sizeof(NP_KERNEL_UNNAMED_PREFIX) - 1, hlen = (size_t)(hex + sizeof(hex) - 1 - h);
+    char hex[NP_HEX_DIGITS_SIZE];
+    const char *h = np_hex_digits(hex, l->func);
+    size_t plen = sizeof(NP_KERNEL_UNNAMED_PREFIX) - 1, hlen = strlen(h);
     if (plen + hlen + 2 > size) {
-        snprintf(buf, size, NP_KERNEL_UNNAMED_PREFIX "%" PRIx64 ">", l->func);
+        snprintf(buf, size, NP_KERNEL_UNNAMED_PREFIX "%s>", h);
         return buf;
     }
     memcpy(buf, NP_KERNEL_UNNAMED_PREFIX, plen);

@@ -196,13 +196,20 @@ void np_str_append_i64(struct np_str *s, int64_t v) {
     np_str_append_u64(s, (uint64_t)v);
 }
 
-void np_str_append_hex(struct np_str *s, uint64_t v) {
+const char *np_hex_digits(char buf[NP_HEX_DIGITS_SIZE], uint64_t v) {
     static const char digits[] = "0123456789abcdef";
-    char buf[16], *p = buf + sizeof(buf);
+    char *p = buf + NP_HEX_DIGITS_SIZE;
+    *--p = '\0';
     do
         *--p = digits[v & 15];
     while (v >>= 4);
-    np_str_append_n(s, p, (size_t)(buf + sizeof(buf) - p));
+    return p;
+}
+
+void np_str_append_hex(struct np_str *s, uint64_t v) {
+    char buf[NP_HEX_DIGITS_SIZE];
+    const char *digits = np_hex_digits(buf, v);
+    np_str_append_n(s, digits, (size_t)(buf + sizeof(buf) - 1 - digits));
 }
 
 void np_str_append(struct np_str *s, const char *text) {

@@ -70,6 +70,10 @@ void np_str_appendf(struct np_str *s, const char *fmt, ...) __attribute__((forma
 void np_str_append_u64(struct np_str *s, uint64_t v);
 void np_str_append_i64(struct np_str *s, int64_t v);
 void np_str_append_hex(struct np_str *s, uint64_t v);
+/* V in lower-case hex, no "0x", NUL-terminated, at the end of BUF: returns
+ * where the digits start. */
+#define NP_HEX_DIGITS_SIZE 17
+const char *np_hex_digits(char buf[NP_HEX_DIGITS_SIZE], uint64_t v);
 const char *np_str_cstr(const struct np_str *s);
 
 /* Copies `in` into `out` (at most out_size bytes incl. NUL) keeping only

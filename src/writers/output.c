@@ -416,6 +416,17 @@ static void nccl_launch_json(struct np_str *s, const struct np_launch *l) {
     np_str_append(s, "}");
 }
 
+/* [x,y,z] */
+static void append_dim3(struct np_str *s, const uint32_t dims[3]) {
+    APPEND_LIT(s, "[");
+    for (int i = 0; i < 3; i++) {
+        if (i)
+            APPEND_LIT(s, ",");
+        np_str_append_u64(s, dims[i]);
+    }
+    APPEND_LIT(s, "]");
+}
+
 /* The launch's launches.jsonl object, without its closing brace; kernel
  * NULL: NP_GPU_KERNEL_SLOT where its name goes (a held launch: named when
  * its GPU records are in). */
@@ -434,25 +445,16 @@ static void render_launch_json(struct np_str *s, const struct np_launch *l, cons
         np_str_append_n(s, &(char){NP_GPU_KERNEL_SLOT}, 1);
     APPEND_LIT(s, ",\"func\":\"0x");
     np_str_append_hex(s, l->func);
+    APPEND_LIT(s, "\"");
     if (l->has_dims) {
-        APPEND_LIT(s, "\",\"grid\":[");
-        for (int i = 0; i < 3; i++) {
-            np_str_append_u64(s, l->grid[i]);
-            if (i < 2)
-                APPEND_LIT(s, ",");
-        }
-        APPEND_LIT(s, "],\"block\":[");
-        for (int i = 0; i < 3; i++) {
-            np_str_append_u64(s, l->block[i]);
-            if (i < 2)
-                APPEND_LIT(s, ",");
-        }
-        APPEND_LIT(s, "],\"shmem\":");
+        APPEND_LIT(s, ",\"grid\":");
+        append_dim3(s, l->grid);
+        APPEND_LIT(s, ",\"block\":");
+        append_dim3(s, l->block);
+        APPEND_LIT(s, ",\"shmem\":");
         np_str_append_u64(s, l->shmem);
-        APPEND_LIT(s, ",\"" NP_KEY_STREAM "\":\"0x");
-    } else {
-        APPEND_LIT(s, "\",\"" NP_KEY_STREAM "\":\"0x");
     }
+    APPEND_LIT(s, ",\"" NP_KEY_STREAM "\":\"0x");
     np_str_append_hex(s, l->stream);
     if (l->nested)
         APPEND_LIT(s, "\",\"" NP_KEY_NESTED "\":true,\"" NP_KEY_STACK_ID "\":");
