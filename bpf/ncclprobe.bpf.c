@@ -904,6 +904,9 @@ static __always_inline struct np_py_cfg *python_of(__u32 pid, struct np_thread *
 
 /* ---- The agent's fast path (events.h) ---------------------------------- */
 
+/* The processes on the fast path (tgid): user space's record of the switch
+ * (np_attacher_fast_is_on); BPF needs no lookup of it, fast_cbids has a
+ * process's entries only while it is on. */
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
     __uint(max_entries, 65536);
@@ -1372,16 +1375,19 @@ static __always_inline struct np_fast_cfg *take_at_marker(struct pt_regs *ctx, _
     __u32 pid = pid_tgid >> 32;
     if (!params || !stack_bytes) /* frame-pointer stacks: the int3 path only */
         return NULL;
-    /* no storage yet: the thread has no scope (a lookup, not a creation) */
+    /* no storage yet: the thread has no scope (a lookup, not a creation). Every
+     * marker consumes its call's scope, on the fast path or not: a scope an int3
+     * hit left before the switch must not decide for a later call at the same
+     * call site (same stack pointer, same return address) */
     struct np_thread *t = bpf_task_storage_get(&thread_state, bpf_get_current_task_btf(), 0, 0);
     if (t && (t->scope_flags & SCOPE_SENT) && !(t->scope_flags & SCOPE_CONSUMED) &&
         scope_live(t, PT_REGS_SP(ctx))) {
         t->scope_flags |= SCOPE_CONSUMED;
         return NULL;
     }
-    __u32 *on = bpf_map_lookup_elem(&fast_procs, &pid);
-    if (!on || !*on)
-        return NULL;
+    /* fast_cbids holds a process's callback ids only while it is on the fast
+     * path (user space writes them where it turns the path on, deletes them
+     * where it turns it off): one lookup says both */
     struct np_fast_key key = {
         .pid = pid, .domain = (__u32)PT_REGS_PARM2(ctx), .cbid = (__u32)PT_REGS_PARM3(ctx)};
     struct np_fast_cfg *fast = bpf_map_lookup_elem(&fast_cbids, &key);
