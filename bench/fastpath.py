@@ -196,6 +196,9 @@ def main():
         "so the added cost of either includes them. In the test double the callback runs "
         "right after cudaLaunchKernel returns, not inside it as CUPTI's does: the stack the "
         "marker copies is a few frames deeper with the real CUPTI.",
+        "",
+        "The default (`--launch-probes int3`), where the fast path's cost goes and why 0.4x is "
+        "out of reach on this machine: docs/gpu.md, \"The agent's fast path\".",
     ]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

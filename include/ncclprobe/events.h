@@ -123,7 +123,7 @@ enum np_launch_flags {
 
 /* ---- The agent's fast path ------------------------------------------------
  *
- * While libncclprobe_cupti.so serves a process (fast_procs[pid] set) its
+ * While libncclprobe_cupti.so serves a process (fast_cbids has its entries) its
  * marker, ncclprobe_cupti_marker(corr, domain, cbid, params), takes the
  * launch: BPF copies NP_FAST_PARAMS_MAX bytes of CUPTI's per-cbid params
  * struct (the arguments by value) and, for the Ex launches, the config the

@@ -606,8 +606,8 @@ int np_attach_file(struct np_attacher *a, struct np_process *p, const char *path
 /* ---- The agent's fast path ------------------------------------------------ */
 
 /* A call that entered a launch function just before its int3 uprobe came
- * back reaches its CUPTI callback within microseconds; until fast_procs is
- * cleared its marker still takes it. */
+ * back reaches its CUPTI callback within microseconds; until its fast_cbids
+ * entry is deleted its marker still takes it. */
 #define FAST_OFF_GRACE_US 50000
 
 static const struct np_probe_site *site_by_symbol(const struct np_attacher *a, pid_t pid,

@@ -78,7 +78,7 @@ const struct np_probe_site *np_attacher_site(const struct np_attacher *a, uint32
  * (before 13.0 a launch through that thunk is named cudaLaunchKernel by
  * CUPTI, so a cudaLaunchKernel with a thunk into it stays on int3). Returns
  * how many probes were detached. Off: attaches them again, waits for calls
- * in flight, then clears fast_procs[pid] and its fast_cbids. */
+ * in flight, then deletes its fast_cbids (and fast_procs[pid]). */
 int np_attacher_fast_on(struct np_attacher *a, const struct np_process *p, bool cupti13);
 int np_attacher_fast_off(struct np_attacher *a, pid_t pid);
 /* Whether pid is on the fast path now. */
