@@ -102,9 +102,20 @@ struct np_thread {
      * that return address, to tell a live activation from a stale one */
     __u64 scope_sp, scope_ret;
     __u32 scope_probe, scope_set;
+    __u32 scope_flags; /* enum scope_flags: what became of a fast-path launch's int3 hit */
+    __u32 pad;
     /* a thunk that was entered and is about to jump into its target probe */
     __u64 thunk_sp;
     __u32 thunk_probe, thunk_set;
+};
+
+/* A launch probe the CUPTI marker can take (np_probe_cfg.fast) sent its
+ * launch: the marker inside the same call must then only name its
+ * correlation id. The first marker inside the call consumes the scope, so
+ * a stale one never decides for a later call (take_at_marker). */
+enum scope_flags {
+    SCOPE_SENT = 1u << 0,     /* the int3 hit of a fast-path probe sent the launch record */
+    SCOPE_CONSUMED = 1u << 1, /* a marker has decided for this call */
 };
 
 #define NP_THR_PY_UNKNOWN 0
@@ -243,17 +254,23 @@ static __always_inline __u64 arg_value(struct np_launch_event *e, int idx) {
     return 0;
 }
 
+/* The thread's scope is live (its activation still on the stack below sp)
+ * when sp is below its entry stack pointer and its return address is still
+ * in place there. */
+static __always_inline bool scope_live(const struct np_thread *t, __u64 sp) {
+    __u64 slot = 0;
+    return t->scope_set && sp < t->scope_sp &&
+           bpf_probe_read_user(&slot, sizeof(slot), (void *)t->scope_sp) == 0 &&
+           slot == t->scope_ret;
+}
+
 /* Decide whether this launch runs inside another probed launch on the same
  * thread (a runtime launch calling into the driver, ncclLaunchKernel calling
  * cuLaunchKernelEx) and, if not, make it the thread's innermost launch.
- * An older scope is still live when our stack pointer is below its entry
- * stack pointer and its return address is still in place there. */
-static __always_inline void track_scope(struct np_launch_event *e, struct np_thread *t) {
-    __u64 slot = 0;
-
-    if (t->scope_set && e->sp < t->scope_sp &&
-        bpf_probe_read_user(&slot, sizeof(slot), (void *)t->scope_sp) == 0 &&
-        slot == t->scope_ret) {
+ * flags: enum scope_flags for the new scope. */
+static __always_inline void track_scope(struct np_launch_event *e, struct np_thread *t,
+                                        __u32 flags) {
+    if (scope_live(t, e->sp)) {
         e->flags |= NP_LF_NESTED;
         e->outer_probe = t->scope_probe;
         return;
@@ -261,6 +278,7 @@ static __always_inline void track_scope(struct np_launch_event *e, struct np_thr
     t->scope_sp = e->sp;
     t->scope_ret = e->ret_addr;
     t->scope_probe = e->called_as;
+    t->scope_flags = flags;
     t->scope_set = 1;
 }
 
@@ -408,6 +426,8 @@ __noinline int copy_user_stack(struct np_launch_event *e, struct np_thread *t, _
     }
     if (copied == 0)
         e->flags |= NP_LF_STACK_ERR;
+    if (e->flags & NP_LF_AT_MARKER) /* taken at the CUPTI marker: its arguments are CUPTI's */
+        return copied;
     if (copied >= (1 + NP_STACK_ARGS) * sizeof(__u64)) {
         const __u64 *words = (const __u64 *)dst;
         e->ret_addr = words[0];
@@ -931,9 +951,67 @@ static __always_inline struct np_py_cfg *python_of(__u32 pid, struct np_thread *
     return t->py_is ? &t->py_cfg : NULL;
 }
 
+/* ---- The agent's fast path (events.h) ---------------------------------- */
+
+/* The processes on the fast path (tgid): user space's record of the switch
+ * (np_attacher_fast_is_on); BPF needs no lookup of it, fast_cbids has a
+ * process's entries only while it is on. */
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 65536);
+    __type(key, __u32); /* tgid */
+    __type(value, __u32);
+} fast_procs SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 65536);
+    __type(key, struct np_fast_key);
+    __type(value, struct np_fast_cfg);
+} fast_cbids SEC(".maps");
+
+/* The launch's arguments from CUPTI's params struct: its raw bytes in
+ * args[] and stack_args[] (user space decodes them per callback id), and
+ * the Ex launches' config, which the params point at, in deref[]. */
+static __always_inline void take_params(struct np_launch_event *e, const struct np_fast_cfg *fast,
+                                        __u64 params) {
+    __u32 len = fast->params_len;
+    __builtin_memset(e->args, 0, sizeof(e->args));
+    __builtin_memset(e->stack_args, 0, sizeof(e->stack_args));
+    if (len > NP_FAST_PARAMS_MAX)
+        len = NP_FAST_PARAMS_MAX;
+    _Static_assert(sizeof(e->args) + sizeof(e->stack_args) == NP_FAST_PARAMS_MAX, "params span");
+    if (bpf_probe_read_user(e->args, len, (void *)params) != 0) {
+        e->flags |= NP_LF_ARGS_ERR;
+        return;
+    }
+    if (fast->deref_at < 0 || fast->deref_at > NP_FAST_PARAMS_MAX - 8)
+        return;
+    __u64 ptr = 0;
+    bpf_probe_read_user(&ptr, sizeof(ptr), (void *)(params + fast->deref_at));
+    __u32 dlen = fast->deref_len;
+    if (dlen > NP_DEREF_BYTES)
+        dlen = NP_DEREF_BYTES;
+    if (ptr && bpf_probe_read_user(e->deref, dlen, (void *)ptr) != 0)
+        e->flags |= NP_LF_DEREF_ERR;
+}
+
+/* A launch taken at the marker is nested when the thread is inside another
+ * probed launch (ncclLaunchKernel calling cuLaunchKernelEx): flagged as
+ * the int3 probe would, never made the thread's scope. */
+static __always_inline void nested_in_scope(struct np_launch_event *e, const struct np_thread *t) {
+    if (!(t->scope_flags & SCOPE_SENT) && scope_live(t, e->sp)) {
+        e->flags |= NP_LF_NESTED;
+        e->outer_probe = t->scope_probe;
+    }
+}
+
 /* ts: the hit's time, shared with the NCCL plan record of the same hit. */
+/* fast: the launch is taken at the CUPTI marker (NP_LF_AT_MARKER): its
+ * arguments come from CUPTI's params struct at `params`, not registers. */
 static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_probe_cfg *cfg,
-                                       __u32 probe_id, __u64 pid_tgid, __u64 ts) {
+                                       __u32 probe_id, __u64 pid_tgid, __u64 ts,
+                                       const struct np_fast_cfg *fast, __u64 params) {
     __u32 cpu = bpf_get_smp_processor_id();
     struct np_launch_event *e = bpf_map_lookup_elem(&launch_scratch, &cpu);
     if (!e)
@@ -954,7 +1032,18 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
     bpf_get_current_comm(e->comm, sizeof(e->comm));
     e->sp = PT_REGS_SP(ctx);
     e->bp = PT_REGS_FP(ctx);
-    read_reg_args(ctx, e->args);
+    e->ret_addr = 0;
+    e->corr_id = 0;
+    __builtin_memset(e->deref, 0, sizeof(e->deref));
+    if (fast) {
+        /* the arguments (and the Ex launches' config) from CUPTI's params;
+         * copy_user_stack leaves them be */
+        e->flags |= NP_LF_AT_MARKER;
+        take_params(e, fast, params);
+        e->corr_id = (__u32)PT_REGS_PARM1(ctx);
+    } else {
+        read_reg_args(ctx, e->args);
+    }
     __u32 n = 1, copied = 0;
     if (stack_bytes) {
         e->flags |= NP_LF_STACK_COPY;
@@ -968,16 +1057,20 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
             n = NP_MAX_STACK;
     }
     /* after the stack arguments: the pointer may be one */
-    __builtin_memset(e->deref, 0, sizeof(e->deref));
-    if (cfg->deref_arg >= 0)
+    if (!fast && cfg->deref_arg >= 0)
         copy_deref(e, cfg);
     e->n_ips = n;
     e->stack_len = copied;
     e->n_py = 0;
 
-    if (cfg->role == NP_ROLE_LAUNCH) {
+    if (fast) {
+        e->called_as = fast->called_as;
+        if (fast->called_as != probe_id)
+            e->flags |= NP_LF_VIA_THUNK;
+        nested_in_scope(e, t);
+    } else if (cfg->role == NP_ROLE_LAUNCH) {
         take_thunk(e, t);
-        track_scope(e, t);
+        track_scope(e, t, cfg->fast ? SCOPE_SENT : 0);
     }
 
     __u64 size = NP_LAUNCH_FIXED_SIZE + n * sizeof(__u64) + copied;
@@ -1003,6 +1096,8 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
         return 0;
     }
     count(NP_CNT_LAUNCH_SENT);
+    if (fast)
+        count(NP_CNT_FAST_LAUNCHES);
     return 0;
 }
 
@@ -1313,6 +1408,57 @@ static __always_inline bool over_rate_limit(__u32 probe_id, __u64 now, __u32 tgi
     return true;
 }
 
+/* ncclprobe_cupti_marker(corr, domain, cbid, params): params is set for the
+ * outermost launch API call of the thread (NULL for the driver call a
+ * runtime launch makes). The marker sends the whole launch when the
+ * process is on the fast path and no int3 probe sent this call already:
+ * an int3 hit of a fast-path launch probe leaves its scope (SCOPE_SENT),
+ * which the first marker inside that call consumes. So at every switch
+ * (user space sets fast_procs, then detaches the int3 probes; attaches them
+ * again, then clears it) each launch is sent once: by its int3 hit, or by
+ * its marker. Returns false when the marker only names its correlation id. */
+static __always_inline struct np_fast_cfg *take_at_marker(struct pt_regs *ctx, __u64 pid_tgid,
+                                                          __u32 *probe_id,
+                                                          struct np_probe_cfg **cfgp, __u64 *ts) {
+    __u64 params = PT_REGS_PARM4(ctx);
+    __u32 pid = pid_tgid >> 32;
+    if (!params || !stack_bytes) /* frame-pointer stacks: the int3 path only */
+        return NULL;
+    /* no storage yet: the thread has no scope (a lookup, not a creation). Every
+     * marker consumes its call's scope, on the fast path or not: a scope an int3
+     * hit left before the switch must not decide for a later call at the same
+     * call site (same stack pointer, same return address) */
+    struct np_thread *t = bpf_task_storage_get(&thread_state, bpf_get_current_task_btf(), 0, 0);
+    if (t && (t->scope_flags & SCOPE_SENT) && !(t->scope_flags & SCOPE_CONSUMED) &&
+        scope_live(t, PT_REGS_SP(ctx))) {
+        t->scope_flags |= SCOPE_CONSUMED;
+        return NULL;
+    }
+    /* fast_cbids holds a process's callback ids only while it is on the fast
+     * path (user space writes them where it turns the path on, deletes them
+     * where it turns it off): one lookup says both */
+    struct np_fast_key key = {
+        .pid = pid, .domain = (__u32)PT_REGS_PARM2(ctx), .cbid = (__u32)PT_REGS_PARM3(ctx)};
+    struct np_fast_cfg *fast = bpf_map_lookup_elem(&fast_cbids, &key);
+    if (!fast)
+        return NULL;
+    __u32 id = fast->probe_id;
+    struct np_probe_cfg *cfg = bpf_map_lookup_elem(&probe_cfg, &id);
+    if (!cfg || cfg->pid != pid)
+        return NULL;
+    count_probe(&probe_hits, fast->called_as);
+    if (paused && !capturing(pid))
+        return NULL;
+    __u64 now = bpf_ktime_get_ns();
+    if (over_rate_limit(id, now, pid))
+        return NULL;
+    count(NP_CNT_LAUNCH_HITS);
+    *probe_id = id;
+    *cfgp = cfg;
+    *ts = now;
+    return fast;
+}
+
 static __always_inline int on_entry(struct pt_regs *ctx) {
     __u32 probe_id = (__u32)bpf_get_attach_cookie(ctx);
     __u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -1328,6 +1474,8 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
     }
     count_probe(&probe_hits, probe_id);
 
+    struct np_fast_cfg *fast = NULL;
+    __u64 launch_ts = 0, params = 0;
     switch (cfg->role) {
     case NP_ROLE_LAUNCH: {
         /* while a capture is on in the process its launches all go: the
@@ -1342,7 +1490,8 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
         if (nccl)
             emit_nccl_plan(ctx, nccl, probe_id, pid_tgid, ts);
         count(NP_CNT_LAUNCH_HITS);
-        return emit_launch(ctx, cfg, probe_id, pid_tgid, ts);
+        launch_ts = ts;
+        break;
     }
     case NP_ROLE_API: {
         if (paused)
@@ -1351,7 +1500,8 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
         if (over_rate_limit(probe_id, ts, pid_tgid >> 32))
             return 0;
         count(NP_CNT_LAUNCH_HITS);
-        return emit_launch(ctx, cfg, probe_id, pid_tgid, ts);
+        launch_ts = ts;
+        break;
     }
     case NP_ROLE_THUNK:
         remember_thunk(ctx, probe_id);
@@ -1369,10 +1519,19 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
         report_loader_change(pid_tgid, cfg);
         return 0;
     case NP_ROLE_MARKER:
-        report_marker(ctx, pid_tgid);
+        fast = take_at_marker(ctx, pid_tgid, &probe_id, &cfg, &launch_ts);
+        if (!fast) {
+            report_marker(ctx, pid_tgid);
+            return 0;
+        }
+        params = PT_REGS_PARM4(ctx);
+        break;
+    default:
         return 0;
     }
-    return 0;
+    /* one call site for every launch record: the verifier walks it (its stack copy, its
+     * Python walk) once, not once per role */
+    return emit_launch(ctx, cfg, probe_id, pid_tgid, launch_ts, fast, params);
 }
 
 static __always_inline int on_return(struct pt_regs *ctx) {

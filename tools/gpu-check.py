@@ -17,7 +17,12 @@ what fired, to answer what no CPU-only test can:
   graph and Triton work, with no CUPTI library at its start, gets
   libncclprobe_cupti.so loaded by `ncclprobe record --pid P --cupti`: its
   kernels must come named, with GPU times, graph replays with every kernel,
-  and the process must go on unharmed (it checks its own results).
+  and the process must go on unharmed (it checks its own results);
+- the agent's fast path (issue 21): the same workload under `record --cupti`
+  with `--launch-probes int3` and with `--launch-probes auto` must record the
+  same launches (by API, by kernel) with as many GPU records matched, the
+  auto run taking launches at the library's marker (the real CUPTI callback,
+  inside the launch call, which the CPU-only tests only have a test double of).
 
     sudo tools/gpu-check.py [--ncclprobe build/ncclprobe] [--out DIR] [--skip-live]
 
@@ -235,6 +240,48 @@ def graph_gpu_check(args, out):
             "```"], ok
 
 
+def fast_path_check(args, out):
+    """The agent's fast path on a real CUPTI: the workload recorded with the
+    launches taken at their int3 uprobes and at the library's marker must
+    count the same launches and GPU records."""
+    script = out / "workload.py"
+    runs = {}
+    for mode in ("int3", "auto"):
+        rec = out / f"rec_fast_{mode}"
+        proc = subprocess.run([args.ncclprobe, "record", "--cupti", "--launch-probes", mode,
+                               "-o", str(rec), "--", args.python, str(script)],
+                              capture_output=True, text=True, timeout=900)
+        summary = json.loads((rec / "summary.json").read_text()) if (
+            rec / "summary.json").exists() else {"totals": {}}
+        launches = [json.loads(l) for l in (rec / "launches.jsonl").read_text().splitlines()
+                    if l] if (rec / "launches.jsonl").exists() else []
+        runs[mode] = {
+            "rc": proc.returncode,
+            "by_api": collections.Counter(l["api"] for l in launches if not l["nested"]),
+            "by_kernel": collections.Counter(l["kernel"] for l in launches if not l["nested"]),
+            "matched": sum(1 for l in launches if l.get("gpu_status") == "matched"),
+            "at_marker": summary["totals"].get("launches_at_marker", 0),
+            "dropped": summary["totals"].get("events_dropped", 0),
+            "stderr": proc.stderr.strip().splitlines()[-6:],
+        }
+    a, b = runs["int3"], runs["auto"]
+    ok = (a["rc"] == 0 and b["rc"] == 0 and not a["dropped"] and not b["dropped"] and
+          a["by_api"] == b["by_api"] and a["by_kernel"] == b["by_kernel"] and
+          a["matched"] == b["matched"] and b["at_marker"] > 0)
+    diff = {k: (a["by_kernel"][k], b["by_kernel"][k])
+            for k in set(a["by_kernel"]) | set(b["by_kernel"])
+            if a["by_kernel"][k] != b["by_kernel"][k]}
+    lines = ["## The agent's fast path (issue 21, `record --cupti --launch-probes int3|auto`)",
+             "", f"- result: {'PASS' if ok else 'FAIL'}"]
+    for mode, r in runs.items():
+        lines.append(f"- {mode}: exit {r['rc']}, launches by API {dict(r['by_api'])}, "
+                     f"GPU-matched {r['matched']}, taken at the marker {r['at_marker']}, "
+                     f"events dropped {r['dropped']}")
+    lines += [f"- kernels counted differently (int3, auto): {dict(list(diff.items())[:15])}",
+              "", "auto's stderr (last lines):", "```", "\n".join(b["stderr"]), "```"]
+    return lines, ok
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ncclprobe", default=str(Path(__file__).resolve().parent.parent /
@@ -289,6 +336,8 @@ def main():
     cupti_graph_lines, cupti_graph_ok = graph_gpu_check(args, out)
     lines += [""] + cupti_graph_lines
     graph_ok = graph_ok and cupti_graph_ok
+    fast_lines, fast_ok = fast_path_check(args, out)
+    lines += [""] + fast_lines
     live_ok = True
     if not args.skip_live:
         live_lines, live_ok = live_check(args, out)
@@ -297,7 +346,7 @@ def main():
     (out / "gpu-check.md").write_text(report)
     print(report)
     print(f"(recording in {rec})")
-    return 0 if proc.returncode == 0 and live_ok and graph_ok else 1
+    return 0 if proc.returncode == 0 and live_ok and graph_ok and fast_ok else 1
 
 
 if __name__ == "__main__":

@@ -86,15 +86,17 @@ enum np_handle_source {
 };
 
 struct np_probe_cfg {
-    __u32 pid;       /* the only process this probe id serves */
-    __u8 role;       /* enum np_probe_role */
-    __s8 deref_arg;  /* argument (0-5 registers, 6-11 stack words) to copy from, -1: none */
-    __u8 out_arg;    /* handle producers: the argument that points at the result */
-    __u8 src_arg;    /* handle producers: the argument naming the handle */
-    __u8 src_kind;   /* enum np_handle_source */
-    __u8 hold;       /* loader hook of a process ncclprobe started: stop it until probed */
-    __u8 nccl_plan;  /* an NCCL launch: nccl_cfg[probe id] says what of its plan to read */
-    __u8 graph_op;   /* NP_ROLE_GRAPH_CALL: enum np_graph_op */
+    __u32 pid;      /* the only process this probe id serves */
+    __u8 role;      /* enum np_probe_role */
+    __s8 deref_arg; /* argument (0-5 registers, 6-11 stack words) to copy from, -1: none */
+    __u8 out_arg;   /* handle producers: the argument that points at the result */
+    __u8 src_arg;   /* handle producers: the argument naming the handle */
+    __u8 src_kind;  /* enum np_handle_source */
+    __u8 hold;      /* loader hook of a process ncclprobe started: stop it until probed */
+    __u8 nccl_plan; /* an NCCL launch: nccl_cfg[probe id] says what of its plan to read */
+    __u8 graph_op;  /* NP_ROLE_GRAPH_CALL: enum np_graph_op */
+    __u8 fast;      /* a launch the CUPTI marker can take instead (np_fast_cfg) */
+    __u8 pad[3];
     __u32 deref_off; /* added to the dereferenced pointer */
     __u32 deref_len; /* bytes to copy, at most NP_DEREF_BYTES */
 };
@@ -113,6 +115,35 @@ enum np_launch_flags {
     NP_LF_PY_NEW = 1u << 10,       /* these code objects were not seen together before: the
                                       reader was woken at once to read them while they live */
     NP_LF_STACK_HINTED = 1u << 11, /* the stack copy was cut to its stack_hints entry */
+    NP_LF_AT_MARKER = 1u << 12,    /* taken at ncclprobe_cupti_marker (the fast path, below):
+                                      args[]/stack_args[] hold the raw bytes of CUPTI's params
+                                      struct, the stack was copied from the marker (user space
+                                      drops the CUPTI frames), corr_id is its correlation id */
+};
+
+/* ---- The agent's fast path ------------------------------------------------
+ *
+ * While libncclprobe_cupti.so serves a process (fast_cbids has its entries) its
+ * marker, ncclprobe_cupti_marker(corr, domain, cbid, params), takes the
+ * launch: BPF copies NP_FAST_PARAMS_MAX bytes of CUPTI's per-cbid params
+ * struct (the arguments by value) and, for the Ex launches, the config the
+ * params point at, plus the stack and Python frames, and sends the launch
+ * record the int3 probe would have sent. The launch's int3 uprobe (a probe
+ * with np_probe_cfg.fast) is detached meanwhile. fast_cbids says, per
+ * process and callback id, which probe the launch is reported as. */
+#define NP_FAST_PARAMS_MAX 96 /* args[] + stack_args[] */
+struct np_fast_key {
+    __u32 pid;
+    __u32 domain; /* CUpti_CallbackDomain */
+    __u32 cbid;
+};
+
+struct np_fast_cfg {
+    __u32 probe_id;   /* the launch probe (in this process) the record is sent as */
+    __u32 called_as;  /* the probe the caller called: a thunk into probe_id (VIA_THUNK), or it */
+    __u32 params_len; /* bytes of the params struct copied, <= NP_FAST_PARAMS_MAX */
+    __s32 deref_at;   /* offset of a pointer in the params whose pointee goes to deref[]; -1 */
+    __u32 deref_len;  /* ... bytes of it, <= NP_DEREF_BYTES */
 };
 
 /* The stack_hints map: how many bytes at the top of a thread's stack (below
@@ -195,7 +226,7 @@ struct np_launch_event {
     __u32 n_ips;                     /* instruction pointers at the start of data[] */
     __u32 stack_len;                 /* user stack bytes copied from sp upwards, after them */
     __u32 n_py;                      /* NP_LF_PY: Python frames after the stack (np_launch_py) */
-    __u32 pad;
+    __u32 corr_id;                   /* NP_LF_AT_MARKER: the CUPTI correlation id */
     __u64 stack_top; /* DWARF modes: where the copy may end at most - the end of sp's mapping,
                         or just above the main thread's start_stack (0: not found) */
     /* Frame-pointer mode: data[] holds bpf_get_stack's user stack - ips[0] is
@@ -369,6 +400,7 @@ enum np_counter {
     NP_CNT_GRAPH_DROPPED,
     NP_CNT_PY_FRAMES,      /* Python frames the walker read (C-stack shims included) */
     NP_CNT_PY_FRAMES_BULK, /* ... of them from a bulk copy of the thread's data stack */
+    NP_CNT_FAST_LAUNCHES,  /* launch records sent from the CUPTI marker (the fast path) */
     NP_CNT_MAX
 };
 

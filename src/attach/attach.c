@@ -72,6 +72,9 @@ static void *detach_worker(void *arg) {
         bpf_link__destroy(s->link);
         bpf_link__destroy(s->ret_link);
         s->link = s->ret_link = NULL;
+        if (s->fast_fd)
+            close(s->fast_fd - 1);
+        s->fast_fd = 0;
     }
 }
 
@@ -102,7 +105,10 @@ static void zero_percpu(struct bpf_map *map, uint32_t id) {
     bpf_map__update_elem(map, &id, sizeof(id), zeros, sizeof(zeros), BPF_ANY);
 }
 
+static void fast_forget(struct np_attacher *a, pid_t pid);
+
 int np_attacher_release_pid(struct np_attacher *a, pid_t pid) {
+    fast_forget(a, pid);
     struct np_close_batch *b = np_close_batch_new();
     int released = 0;
     for (size_t i = 0; i < a->nsites; i++) {
@@ -114,6 +120,9 @@ int np_attacher_release_pid(struct np_attacher *a, pid_t pid) {
         bpf_map__update_elem(a->skel->maps.probe_cfg, &s->id, sizeof(s->id), &off, sizeof(off),
                              BPF_ANY);
         bpf_map__delete_elem(a->skel->maps.nccl_cfg, &s->id, sizeof(s->id), 0);
+        if (s->fast_fd && (!b || !np_close_batch_add_fd(b, s->fast_fd - 1)))
+            close(s->fast_fd - 1); /* no memory: closed here, at once */
+        s->fast_fd = 0;
         if (!b || !np_close_batch_add_site(b, s)) { /* no memory: closed here, at once */
             bpf_link__destroy(s->link);
             bpf_link__destroy(s->ret_link);
@@ -140,6 +149,8 @@ int np_attacher_release_pid(struct np_attacher *a, pid_t pid) {
 void np_attacher_destroy(struct np_attacher *a) {
     np_closer_free(a->closer);
     np_attacher_detach_all(a);
+    for (size_t i = 0; i < a->nsites; i++)
+        free(a->sites[i].binary);
     free(a->multi_fds);
     free(a->multi_pids);
     free(a->sites);
@@ -157,6 +168,7 @@ static struct np_probe_site *new_site(struct np_attacher *a) {
     uint32_t id = np_closer_reusable_id(a->closer);
     if (id) { /* a released id: its counters start again from zero */
         struct np_probe_site *s = &a->sites[id - 1];
+        free(s->binary);
         memset(s, 0, sizeof(*s));
         s->id = id;
         zero_percpu(a->skel->maps.probe_hits, id);
@@ -195,6 +207,7 @@ static struct np_probe_cfg site_cfg(const struct np_probe_site *s) {
         .src_kind = (uint8_t)s->def->src_kind,
         .graph_op = (uint8_t)s->def->graph_op,
         .hold = s->hold,
+        .fast = s->fast,
         .deref_off = 0,
         .deref_len = (uint32_t)s->def->deref_len,
     };
@@ -254,6 +267,37 @@ static int attach_site(struct np_attacher *a, struct np_probe_site *s, const cha
     return 0;
 }
 
+/* A fast-path launch probe: a link of its own, to be detached and attached
+ * again alone (a uprobe_multi link of one uprobe where those are used). */
+static int attach_fast_site(struct np_attacher *a, struct np_probe_site *s, const char *binary) {
+    if (!a->use_multi)
+        return attach_site(a, s, binary);
+    uint64_t cookie = s->id;
+    int fd = np_uprobe_multi_attach(bpf_program__fd(a->skel->progs.np_entry_multi), s->pid, binary,
+                                    &s->offset, &cookie, 1, false);
+    if (fd < 0)
+        return fd;
+    s->fast_fd = fd + 1;
+    return 0;
+}
+
+static bool site_attached(const struct np_probe_site *s) {
+    return s->link || s->fast_fd;
+}
+
+static void detach_fast_site(struct np_probe_site *s) {
+    if (s->fast_fd)
+        close(s->fast_fd - 1);
+    s->fast_fd = 0;
+    bpf_link__destroy(s->link);
+    s->link = NULL;
+}
+
+static void *detach_fast_worker(void *arg) {
+    detach_fast_site(arg);
+    return NULL;
+}
+
 static int remember_multi_link(struct np_attacher *a, int fd, pid_t pid) {
     if (a->nmulti == a->multi_cap) {
         size_t ncap = a->multi_cap ? a->multi_cap * 2 : 16;
@@ -286,7 +330,7 @@ static int attach_library_multi(struct np_attacher *a, pid_t pid, const char *bi
 
     for (size_t i = 0; !err && i < n; i++) {
         const struct np_probe_site *s = &a->sites[ids[i] - 1];
-        if (s->err)
+        if (s->err || s->fast) /* a fast-path probe has a link of its own */
             continue;
         offsets[nentry] = s->offset, cookies[nentry++] = s->id;
         if (needs_return(s))
@@ -414,12 +458,19 @@ static int attach_scan(struct np_attacher *a, struct np_process *p, const char *
             p->libs[lib_index].cuda = true;
         if (m->def->family == NP_FAMILY_CUPTI)
             p->gpu_marker = true;
+        if (a->fast_path && m->def->role == NP_ROLE_LAUNCH && np_fast_def_by_symbol(m->def->symbol))
+            s->binary = strdup(binary);
+        s->fast = s->binary != NULL;
         s->err = write_site_cfg(a, s);
     }
-    if (!a->use_multi || attach_library_multi(a, p->pid, binary, ids, n) < 0)
-        for (size_t i = 0; i < n; i++)
-            if (!a->sites[ids[i] - 1].err)
-                a->sites[ids[i] - 1].err = attach_site(a, &a->sites[ids[i] - 1], binary);
+    bool multi = a->use_multi && attach_library_multi(a, p->pid, binary, ids, n) == 0;
+    for (size_t i = 0; i < n; i++) {
+        struct np_probe_site *s = &a->sites[ids[i] - 1];
+        if (!s->err && s->fast)
+            s->err = attach_fast_site(a, s, binary);
+        else if (!s->err && !multi)
+            s->err = attach_site(a, s, binary);
+    }
 
     int attached = 0;
     lib = &p->libs[lib_index];
@@ -550,4 +601,173 @@ int np_attach_from_maps(struct np_attacher *a, struct np_process *p, uint64_t se
 int np_attach_file(struct np_attacher *a, struct np_process *p, const char *path) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     return fd < 0 ? -errno : attach_fd(a, p, fd, path, path, 0);
+}
+
+/* ---- The agent's fast path ------------------------------------------------ */
+
+/* A call that entered a launch function just before its int3 uprobe came
+ * back reaches its CUPTI callback within microseconds; until its fast_cbids
+ * entry is deleted its marker still takes it. */
+#define FAST_OFF_GRACE_US 50000
+
+static const struct np_probe_site *site_by_symbol(const struct np_attacher *a, pid_t pid,
+                                                  size_t lib_index, const char *symbol) {
+    for (size_t i = 0; i < a->nsites; i++) {
+        const struct np_probe_site *s = &a->sites[i];
+        if (s->pid == pid && !s->released && s->lib_index == lib_index &&
+            strcmp(s->def->symbol, symbol) == 0)
+            return s;
+    }
+    return NULL;
+}
+
+/* A thunk into this site, probed in its process. */
+static bool has_thunk_into(const struct np_attacher *a, const struct np_probe_site *t) {
+    for (size_t i = 0; i < a->nsites; i++) {
+        const struct np_probe_site *s = &a->sites[i];
+        const struct np_fast_def *f = s->pid == t->pid && !s->released && s->is_thunk
+                                          ? np_fast_def_by_symbol(s->def->symbol)
+                                          : NULL;
+        if (f && f->thunk_target && strcmp(f->thunk_target, t->def->symbol) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* The address of a site's function in its process (0: not found). */
+static uint64_t site_address(const struct np_process *p, const struct np_maps *maps,
+                             const struct np_probe_site *s) {
+    if (s->lib_index >= p->nlibs)
+        return 0;
+    const struct np_library *lib = &p->libs[s->lib_index];
+    for (size_t i = 0; i < maps->count; i++) {
+        const struct np_mapping *m = &maps->items[i];
+        /* the path it was attached by may be a link to the one mapped */
+        bool same = strcmp(m->path, lib->path) == 0 || (m->inode == lib->inode && lib->inode);
+        if (m->exec && same && s->offset >= m->offset &&
+            s->offset < m->offset + (m->end - m->start))
+            return m->start + (s->offset - m->offset);
+    }
+    return 0;
+}
+
+int np_attacher_fast_on(struct np_attacher *a, const struct np_process *p, bool cupti13) {
+    pid_t pid = p->pid;
+    struct np_maps maps = {0};
+    bool marker = false; /* the library's marker must be probed in the process */
+    for (size_t i = 0; i < a->nsites; i++)
+        marker |= a->sites[i].pid == pid && !a->sites[i].released && !a->sites[i].err &&
+                  a->sites[i].def->role == NP_ROLE_MARKER;
+    if (!a->fast_path || !marker || np_attacher_fast_is_on(a, pid) || np_maps_read(pid, &maps) < 0)
+        return 0;
+    size_t *take = calloc(a->nsites + 1, sizeof(*take)), ntake = 0;
+    for (size_t i = 0; take && i < a->nsites; i++) {
+        struct np_probe_site *s = &a->sites[i];
+        if (s->pid != pid || s->released || !s->fast || !site_attached(s) || s->err)
+            continue;
+        const struct np_fast_def *f = np_fast_def_by_symbol(s->def->symbol);
+        if (!f || (f->cupti13 && !cupti13))
+            continue;
+        const struct np_probe_site *target = s;
+        if (s->is_thunk) {
+            target = f->thunk_target ? site_by_symbol(a, pid, s->lib_index, f->thunk_target) : NULL;
+            if (!target)
+                continue;
+        } else if (!cupti13 && has_thunk_into(a, s)) {
+            continue;
+        }
+        s->addr = site_address(p, &maps, target);
+        if (!s->addr)
+            continue;
+        struct np_fast_key key = {.pid = (uint32_t)pid, .domain = f->domain, .cbid = f->cbid};
+        struct np_fast_cfg cfg = {.probe_id = target->id,
+                                  .called_as = s->id,
+                                  .params_len = f->params_len,
+                                  .deref_at = f->deref_at,
+                                  .deref_len = f->deref_len};
+        if (bpf_map__update_elem(a->skel->maps.fast_cbids, &key, sizeof(key), &cfg, sizeof(cfg),
+                                 BPF_ANY) == 0)
+            take[ntake++] = i;
+    }
+    np_maps_free(&maps);
+    uint32_t key = (uint32_t)pid, on = 1;
+    if (ntake && bpf_map__update_elem(a->skel->maps.fast_procs, &key, sizeof(key), &on, sizeof(on),
+                                      BPF_ANY) < 0)
+        ntake = 0;
+    /* from here the marker takes every call whose int3 hit did not send it;
+     * each removal waits for an RCU grace period: on threads of their own,
+     * the waits overlap */
+    uint64_t start = np_monotonic_ns();
+    pthread_t threads[ntake ? ntake : 1];
+    size_t started = 0;
+    for (size_t k = 0; k < ntake; k++) {
+        struct np_probe_site *s = &a->sites[take[k]];
+        s->fast_detached = true;
+        if (pthread_create(&threads[started], NULL, detach_fast_worker, s) == 0)
+            started++;
+        else
+            detach_fast_site(s);
+    }
+    for (size_t k = 0; k < started; k++)
+        pthread_join(threads[k], NULL);
+    np_debug("pid %d: %zu int3 uprobes removed in %.1f ms", pid, ntake,
+             (double)(np_monotonic_ns() - start) / 1e6);
+    free(take);
+    if (!ntake)
+        fast_forget(a, pid);
+    return (int)ntake;
+}
+
+bool np_attacher_fast_is_on(const struct np_attacher *a, pid_t pid) {
+    uint32_t key = (uint32_t)pid, on = 0;
+    return a->skel &&
+           bpf_map__lookup_elem(a->skel->maps.fast_procs, &key, sizeof(key), &on, sizeof(on), 0) ==
+               0 &&
+           on;
+}
+
+/* fast_procs[pid] and its fast_cbids, gone. */
+static void fast_forget(struct np_attacher *a, pid_t pid) {
+    if (!a->fast_path || !a->skel)
+        return;
+    uint32_t key = (uint32_t)pid;
+    bpf_map__delete_elem(a->skel->maps.fast_procs, &key, sizeof(key), 0);
+    for (size_t i = 0; i < a->nsites; i++) {
+        struct np_probe_site *s = &a->sites[i];
+        const struct np_fast_def *f =
+            s->pid == pid && s->fast ? np_fast_def_by_symbol(s->def->symbol) : NULL;
+        if (!f)
+            continue;
+        struct np_fast_key fk = {.pid = (uint32_t)pid, .domain = f->domain, .cbid = f->cbid};
+        bpf_map__delete_elem(a->skel->maps.fast_cbids, &fk, sizeof(fk), 0);
+    }
+}
+
+int np_attacher_fast_off(struct np_attacher *a, pid_t pid) {
+    int back = 0;
+    for (size_t i = 0; i < a->nsites; i++) {
+        struct np_probe_site *s = &a->sites[i];
+        if (s->pid != pid || s->released || !s->fast_detached)
+            continue;
+        int err = attach_fast_site(a, s, s->binary);
+        if (err == -ESRCH || err == -ENOENT) { /* it is exiting: nothing left to take */
+            np_debug("pid %d: %s not probed again: %s", pid, s->def->symbol, strerror(-err));
+            return back;
+        }
+        if (err) {
+            np_warn("pid %d: cannot probe %s again: %s", pid, s->def->symbol, strerror(-err));
+            continue; /* its marker goes on taking it */
+        }
+        s->fast_detached = false;
+        back++;
+    }
+    if (!np_attacher_fast_is_on(a, pid))
+        return back;
+    usleep(FAST_OFF_GRACE_US);
+    bool left = false;
+    for (size_t i = 0; i < a->nsites; i++)
+        left |= a->sites[i].pid == pid && !a->sites[i].released && a->sites[i].fast_detached;
+    if (!left)
+        fast_forget(a, pid);
+    return back;
 }

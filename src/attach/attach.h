@@ -34,12 +34,21 @@ struct np_probe_site {
     struct bpf_link *link, *ret_link;
     int err;       /* negative errno when attaching failed */
     bool released; /* its process is gone: the id waits for reuse (daemon) */
+    /* The agent's fast path: a launch probe the CUPTI marker can take
+     * (np_fast_def), attached on a link of its own so that it can be
+     * detached while the marker serves its process, and attached again. */
+    bool fast;
+    bool fast_detached; /* detached now: the marker takes its launches */
+    char *binary;       /* fast: the file attached, to attach again */
+    int fast_fd;        /* fast: its own uprobe_multi link's fd + 1 (0: none; else `link`) */
+    uint64_t addr;      /* fast_detached: the function's address in the process */
 };
 
 struct np_closer;
 
 struct np_attacher {
     struct ncclprobe_bpf *skel;
+    bool fast_path;    /* launch probes the CUPTI marker can take get links of their own */
     bool use_multi;    /* attach with uprobe_multi links (one per library) */
     int *multi_fds;    /* those links */
     pid_t *multi_pids; /* ... and the process each serves */
@@ -62,6 +71,18 @@ void np_attacher_destroy(struct np_attacher *a);
  * those links are closed. Returns how many probes were released. */
 int np_attacher_release_pid(struct np_attacher *a, pid_t pid);
 const struct np_probe_site *np_attacher_site(const struct np_attacher *a, uint32_t id);
+/* The agent's fast path (events.h). On: the fast-path launch probes of pid
+ * that the CUPTI in use names by callback id are handed to the marker -
+ * fast_cbids written, fast_procs[pid] set, then their int3 uprobes
+ * detached. cupti13: the CUPTI has __cudaLaunchKernel's callback ids
+ * (before 13.0 a launch through that thunk is named cudaLaunchKernel by
+ * CUPTI, so a cudaLaunchKernel with a thunk into it stays on int3). Returns
+ * how many probes were detached. Off: attaches them again, waits for calls
+ * in flight, then deletes its fast_cbids (and fast_procs[pid]). */
+int np_attacher_fast_on(struct np_attacher *a, const struct np_process *p, bool cupti13);
+int np_attacher_fast_off(struct np_attacher *a, pid_t pid);
+/* Whether pid is on the fast path now. */
+bool np_attacher_fast_is_on(const struct np_attacher *a, pid_t pid);
 
 /* Scans the process's /proc/PID/maps and attaches to every file not seen
  * before. seen_ns is when the caller learned of new mappings (0: now).

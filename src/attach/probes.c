@@ -137,6 +137,66 @@ static const struct np_probe_def defs[] = {
      0, 0, 0, 0, 0},
 };
 
+/* cudaLaunchKernel(func, dim3 grid, dim3 block, args, size_t smem, stream):
+ * func@0 grid@8 block@20 args@32 smem@40 stream@48; a dim3 travels in two
+ * registers (x|y, z). __cudaLaunchKernel's (a cudaKernel_t first) alike. */
+#define RT_LAUNCH_SLOTS                                                                            \
+    {                                                                                              \
+        {0, 8}, {8, 8}, {16, 4}, {20, 8}, {28, 4}, {32, 8}, {40, 8}, {                             \
+            48, 8                                                                                  \
+        }                                                                                          \
+    }
+/* cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra) */
+#define DRV_LAUNCH_SLOTS                                                                           \
+    {                                                                                              \
+        {0, 8}, {8, 4}, {12, 4}, {16, 4}, {20, 4}, {24, 4}, {28, 4}, {32, 4}, {40, 8}, {48, 8}, {  \
+            56, 8                                                                                  \
+        }                                                                                          \
+    }
+/* cudaLaunchKernelExC(config, func, args), cuLaunchKernelEx(config, f, params, extra) */
+#define EX_SLOTS(n)                                                                                \
+    {                                                                                              \
+        {0, 8}, {8, 8}, {16, 8}, {                                                                 \
+            24, (n) > 3 ? 8 : 0                                                                    \
+        }                                                                                          \
+    }
+
+static const struct np_fast_def fast_defs[] = {
+    {"cudaLaunchKernel", NULL, 2, 211, 56, -1, 0, false, RT_LAUNCH_SLOTS},
+    {"cudaLaunchKernel_ptsz", NULL, 2, 214, 56, -1, 0, false, RT_LAUNCH_SLOTS},
+    {"__cudaLaunchKernel", "cudaLaunchKernel", 2, 505, 56, -1, 0, true, RT_LAUNCH_SLOTS},
+    {"__cudaLaunchKernel_ptsz", "cudaLaunchKernel_ptsz", 2, 506, 56, -1, 0, true, RT_LAUNCH_SLOTS},
+    {"cudaLaunchKernelExC", NULL, 2, 430, 24, 0, 40, false, EX_SLOTS(3)},
+    {"cudaLaunchKernelExC_ptsz", NULL, 2, 431, 24, 0, 40, false, EX_SLOTS(3)},
+    {"cuLaunchKernel", NULL, 1, 307, 64, -1, 0, false, DRV_LAUNCH_SLOTS},
+    {"cuLaunchKernel_ptsz", NULL, 1, 442, 64, -1, 0, false, DRV_LAUNCH_SLOTS},
+    {"cuLaunchKernelEx", NULL, 1, 652, 32, 0, 40, false, EX_SLOTS(4)},
+    {"cuLaunchKernelEx_ptsz", NULL, 1, 653, 32, 0, 40, false, EX_SLOTS(4)},
+};
+
+const struct np_fast_def *np_fast_def_by_symbol(const char *symbol) {
+    for (size_t i = 0; i < sizeof(fast_defs) / sizeof(fast_defs[0]); i++)
+        if (strcmp(fast_defs[i].symbol, symbol) == 0)
+            return &fast_defs[i];
+    return NULL;
+}
+
+void np_fast_regs_from_params(const struct np_fast_def *f, __u64 *args, __u64 *stack_args) {
+    uint8_t raw[NP_FAST_PARAMS_MAX];
+    memcpy(raw, args, NP_REG_ARGS * 8);
+    memcpy(raw + NP_REG_ARGS * 8, stack_args, NP_STACK_ARGS * 8);
+    for (int i = 0; i < NP_FAST_SLOTS; i++) {
+        const struct np_fast_slot *s = &f->slots[i];
+        uint64_t v = 0;
+        if (s->width && s->at + s->width <= f->params_len)
+            memcpy(&v, raw + s->at, s->width); /* little-endian: the low bytes */
+        if (i < NP_REG_ARGS)
+            args[i] = v;
+        else
+            stack_args[i - NP_REG_ARGS] = v;
+    }
+}
+
 const struct np_probe_def *np_probe_defs(size_t *count) {
     *count = sizeof(defs) / sizeof(defs[0]);
     return defs;

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ncclprobe/events.h"
 
@@ -52,6 +53,35 @@ struct np_probe_def {
     enum np_handle_source src_kind;
     enum np_graph_op graph_op; /* NP_ROLE_GRAPH_CALL */
 };
+
+/* The agent's fast path (events.h): the launch APIs whose CUPTI callback
+ * hands over their arguments, so that the marker can take the launch in
+ * place of the int3 uprobe on the function. CUPTI's params struct holds
+ * the arguments by value (generated_cuda_runtime_api_meta.h,
+ * generated_cuda_meta.h); `slots` says where each register / stack-word
+ * argument of the function lies in it, so user space rebuilds what the
+ * int3 probe would have read (np_launch_regs_from_params). */
+#define NP_FAST_SLOTS 12
+struct np_fast_slot {
+    uint8_t at;    /* offset in the params struct */
+    uint8_t width; /* 4 or 8 bytes; 0: no such argument */
+};
+struct np_fast_def {
+    const char *symbol;       /* the probed function (a probe def's symbol) */
+    const char *thunk_target; /* where it jumps when it is a thunk (__cudaLaunchKernel) */
+    uint32_t domain;          /* CUpti_CallbackDomain: 1 driver, 2 runtime */
+    uint32_t cbid;            /* its callback id: the same in every CUPTI 12.4-13.5 */
+    uint32_t params_len;      /* bytes of the params struct */
+    int deref_at;             /* the pointer whose pointee the probe copies (-1: none) */
+    uint32_t deref_len;
+    bool cupti13; /* its callback id exists from CUPTI 13.0 only */
+    struct np_fast_slot slots[NP_FAST_SLOTS];
+};
+
+const struct np_fast_def *np_fast_def_by_symbol(const char *symbol);
+/* Rebuilds args[NP_REG_ARGS] and stack_args[NP_STACK_ARGS] from the raw
+ * params bytes BPF copied into them (in place). */
+void np_fast_regs_from_params(const struct np_fast_def *f, __u64 *args, __u64 *stack_args);
 
 const struct np_probe_def *np_probe_defs(size_t *count);
 const struct np_probe_def *np_probe_def_by_symbol(const char *symbol);

@@ -80,14 +80,39 @@ static struct {
 /* InitializeInjection and attach, one at a time (attach never waits for it). */
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* The correlation hand-off. ncclprobe puts a uprobe on this symbol; the
- * empty asm with the arguments as inputs keeps the call and its argument
- * registers in place at every optimization level. */
-NP_EXPORT __attribute__((noinline, noipa)) void
-ncclprobe_cupti_marker(uint32_t correlation_id, uint32_t domain, uint32_t cbid) {
+/* The correlation hand-off, and the fast path's launch. ncclprobe puts a
+ * uprobe on this symbol; it starts with a 5-byte NOP, which Linux 6.18+
+ * runs its uprobe on without a trap. params is CUPTI's params struct of
+ * the call (its arguments by value) for the outermost launch API call of
+ * the thread, NULL for a call made inside another (the driver call of a
+ * runtime launch): while ncclprobe has this process on its fast path, BPF
+ * takes the whole launch here, from it, instead of at an int3 uprobe on
+ * the API function. The empty asm with the arguments as inputs keeps the
+ * call and its argument registers in place at every optimization level. */
+NP_EXPORT __attribute__((noinline, noipa)) void ncclprobe_cupti_marker(uint32_t correlation_id,
+                                                                       uint32_t domain,
+                                                                       uint32_t cbid,
+                                                                       const void *params) {
     __asm__ volatile(".byte 0x0f, 0x1f, 0x44, 0x00, 0x00" ::"r"(correlation_id), "r"(domain),
-                     "r"(cbid)
+                     "r"(cbid), "r"(params)
                      : "memory");
+}
+
+/* The outermost launch API call this thread is in: its correlation id and
+ * the frame of its ENTER callback. A later ENTER is nested only when it is
+ * deeper on the stack, so an EXIT that never came cannot stick. */
+static __thread uint32_t outer_corr;
+static __thread uintptr_t outer_frame;
+
+static const void *outermost_params(const CUpti_CallbackData *cb) {
+    uintptr_t frame = (uintptr_t)__builtin_frame_address(0);
+    if (outer_corr && frame < outer_frame)
+        return NULL;
+    outer_corr = cb->correlationId;
+    outer_frame = frame;
+    /* an outermost call must never look nested: without params (CUPTI always has them;
+     * a caller of a test double may not) the launch is still taken, its arguments unread */
+    return cb->functionParams ? cb->functionParams : (const void *)1;
 }
 
 /* The launch's function handle named to ncclprobe, if this connection has
@@ -109,8 +134,10 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CU
             return;
         np_graph_nodes_api(cb->callbackSite, cb->correlationId);
         if (cb->callbackSite == CUPTI_API_ENTER) {
-            ncclprobe_cupti_marker(cb->correlationId, (uint32_t)domain, cbid);
+            ncclprobe_cupti_marker(cb->correlationId, (uint32_t)domain, cbid, outermost_params(cb));
             note_launch_name(runtime, cbid, cb);
+        } else if (cb->callbackSite == CUPTI_API_EXIT && cb->correlationId == outer_corr) {
+            outer_corr = 0;
         }
     } else if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
         if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING)

@@ -21,6 +21,8 @@ void np_ingest_settle(struct np_ingest *in) {
     in->stats.nccl_plans_unclaimed += in->nccl_pending.count;
     np_map_free(&in->nccl_pending, free);
     np_map_init(&in->nccl_pending);
+    np_map_free(&in->fast_awaiting, NULL);
+    np_map_init(&in->fast_awaiting);
 }
 
 void np_ingest_free(struct np_ingest *in) {
@@ -87,8 +89,49 @@ static void handle_marker(struct np_ingest *in, const struct np_marker_event *m,
         return;
     }
     in->stats.marker_events++;
+    np_map_del_u64(&in->fast_awaiting, m->hdr.tid);
     if (in->ops->marker)
         in->ops->marker(in, m);
+}
+
+/* The correlation id of a launch taken at the CUPTI marker, handed on as
+ * its marker would have been. */
+static void marker_of(struct np_ingest *in, const struct np_launch_event *e,
+                      const struct np_probe_site *called) {
+    struct np_marker_event m = {.hdr = e->hdr,
+                                .correlation_id = e->corr_id,
+                                .domain = called->def->family == NP_FAMILY_DRIVER ? 1 : 2};
+    m.hdr.type = NP_EV_MARKER;
+    m.hdr.size = sizeof(m);
+    in->stats.marker_events++;
+    if (in->ops->marker)
+        in->ops->marker(in, &m);
+}
+
+/* While the fast path is switched on, a call whose int3 uprobe sent its
+ * launch can reach its CUPTI callback after the flag was set - BPF sees
+ * that only when the callback runs inside the call, as CUPTI's does. The
+ * launch record of such a marker is the marker of the thread's launch
+ * still waiting for one, when that is the same function, just before. */
+#define FAST_DOUBLE_WINDOW_NS 50000000ull
+
+static bool fast_double(struct np_ingest *in, const struct np_launch_event *e) {
+    uintptr_t v = (uintptr_t)np_map_del_u64(&in->fast_awaiting, e->hdr.tid);
+    uint64_t ts = (uint64_t)v >> 14;
+    return v && (v & (NP_MAX_PROBES - 1)) == e->called_as && e->hdr.ts_ns >= ts &&
+           e->hdr.ts_ns - ts < FAST_DOUBLE_WINDOW_NS;
+}
+
+static void fast_await(struct np_ingest *in, const struct np_launch_event *e,
+                       const struct np_probe_site *called) {
+    if (!called->fast || (e->flags & NP_LF_NESTED)) {
+        np_map_del_u64(&in->fast_awaiting, e->hdr.tid);
+        return;
+    }
+    _Static_assert((NP_MAX_PROBES & (NP_MAX_PROBES - 1)) == 0 && NP_MAX_PROBES <= (1 << 14),
+                   "probe ids in 14 bits");
+    uintptr_t v = (uintptr_t)(e->hdr.ts_ns << 14) | e->called_as;
+    np_map_put_u64(&in->fast_awaiting, e->hdr.tid, (void *)v);
 }
 
 /* ---- NCCL ---------------------------------------------------------------
@@ -190,6 +233,27 @@ static void add_nccl_comm_id(const struct np_probe_site *site, struct np_launch 
         np_nccl_comm_id_decode(layout, l->ev->deref, layout->cfg.comm_len, &l->comm_id);
 }
 
+/* A launch the CUPTI marker took (the agent's fast path): its fixed part
+ * as the int3 probe would have sent it - the arguments rebuilt from CUPTI's
+ * params bytes, the return address the launch API's caller's - with its
+ * stack unwound and cut (np_ingest_unwind_at_marker). NULL: not a launch
+ * the fast path knows. */
+static const struct np_launch_event *at_marker_fixed(struct np_ingest *in, struct np_ingest_proc *p,
+                                                     const struct np_launch_event *e,
+                                                     const struct np_probe_site *site,
+                                                     const struct np_probe_site *called) {
+    static struct np_launch_event fixed; /* only the fixed part is used; one thread ingests */
+    const struct np_fast_def *f = np_fast_def_by_symbol(called->def->symbol);
+    if (!f || !(e->flags & NP_LF_STACK_COPY))
+        return NULL;
+    memcpy(&fixed, e, NP_LAUNCH_FIXED_SIZE);
+    np_fast_regs_from_params(f, fixed.args, fixed.stack_args);
+    const char *lib =
+        site->lib_index < p->process->nlibs ? p->process->libs[site->lib_index].path : NULL;
+    fixed.ret_addr = np_ingest_unwind_at_marker(in, p, e, called->addr, lib);
+    return &fixed;
+}
+
 static bool launch_malformed(const struct np_launch_event *e, size_t size) {
     return size < NP_LAUNCH_FIXED_SIZE || e->n_ips > NP_MAX_STACK ||
            e->stack_len > NP_MAX_STACK_BYTES || ((e->flags & NP_LF_STACK_COPY) && e->n_ips < 1) ||
@@ -228,6 +292,21 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
         in->stats.unknown_source++; /* also: a probe id reused since the record was sent */
         return;
     }
+    const struct np_launch_event *raw = e;
+    if ((e->flags & NP_LF_AT_MARKER) && fast_double(in, e)) {
+        in->stats.fast_doubles++;
+        marker_of(in, e, called);
+        return;
+    }
+    if (!(e->flags & NP_LF_AT_MARKER))
+        fast_await(in, e, called);
+    if (e->flags & NP_LF_AT_MARKER) {
+        e = at_marker_fixed(in, p, e, site, called);
+        if (!e) {
+            in->stats.malformed++;
+            return;
+        }
+    }
     struct np_launch l;
     np_launch_decode(e, called->def, &l);
     struct np_nccl_plan *plan =
@@ -257,7 +336,7 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
     /* Via a thunk, ips[0] is the thunk's target: name the function called
      * (also what names the entry when there is no symbolizer). */
     bool name_entry = (e->flags & NP_LF_VIA_THUNK) || !p->sym;
-    np_ingest_build_stack(in, p, e, name_entry ? called->def->symbol : NULL, &in->stack);
+    np_ingest_build_stack(in, p, raw, name_entry ? called->def->symbol : NULL, &in->stack);
 
     if (l.is_nccl_op) {
         add_nccl_comm_id(called, &l);
@@ -269,6 +348,10 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
     }
     in->ops->launch(in, p, &l, &in->stack);
     free(plan);
+    if (e->flags & NP_LF_AT_MARKER) { /* its correlation id, as its marker would have said */
+        in->stats.fast_launches++;
+        marker_of(in, e, called);
+    }
 }
 
 static void handle_handle(struct np_ingest *in, const struct np_handle_event *h, size_t size) {

@@ -48,7 +48,9 @@ struct np_ingest_stats {
     uint64_t nccl_launches_without_plan; /* NCCL launches whose plan was not read */
     uint64_t nccl_internal_calls;        /* NCCL API calls made by libnccl itself: not written */
     uint64_t not_recorded;               /* launches of a process not recorded now (daemon) */
-    uint64_t *per_probe; /* launches by the probe the caller called, index = probe id */
+    uint64_t fast_launches; /* launches taken at the CUPTI marker (the agent's fast path) */
+    uint64_t fast_doubles;  /* ... that were the marker of a launch its int3 probe sent */
+    uint64_t *per_probe;    /* launches by the probe the caller called, index = probe id */
     size_t per_probe_len;
 };
 
@@ -152,6 +154,10 @@ struct np_ingest {
     FILE *raw_dump;              /* --raw-dump: every record as received, "u32 size, bytes" */
     struct np_stack_texts stack; /* reused for each launch's stack */
     struct np_map nccl_pending;  /* tid -> struct np_nccl_plan * waiting for its launch record */
+    /* tid -> ts_ns << 14 | probe id: the thread's last launch sent by the
+     * int3 uprobe of a fast-path probe, while its CUPTI marker has not come
+     * (a marker the fast path turned into a launch record is that marker) */
+    struct np_map fast_awaiting;
     struct np_ingest_stats stats;
     struct np_unwind_stats unwind;
     struct np_stack_hints hints; /* how much stack BPF copies (stack_hints.h) */
@@ -183,6 +189,14 @@ void np_ingest_settle(struct np_ingest *in);
 void np_ingest_append_location(struct np_str *locations);
 
 struct np_launch_event;
+/* A launch taken at the CUPTI marker (NP_LF_AT_MARKER): unwinds its stack
+ * and drops the callback's frames (our library, CUPTI, the CUDA libraries,
+ * launch_lib) from the leaf, entry_pc in their place; the next
+ * np_ingest_build_stack of e uses that. Returns the launch API's caller
+ * (0: unknown). */
+uint64_t np_ingest_unwind_at_marker(struct np_ingest *in, struct np_ingest_proc *p,
+                                    const struct np_launch_event *e, uint64_t entry_pc,
+                                    const char *launch_lib);
 void np_ingest_build_stack(struct np_ingest *in, struct np_ingest_proc *p,
                            const struct np_launch_event *e, const char *entry_name,
                            struct np_stack_texts *out);

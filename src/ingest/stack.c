@@ -428,6 +428,60 @@ static uint32_t fp_frame_limit(void) {
     return limit;
 }
 
+/* ---- The agent's fast path: a launch taken at the CUPTI marker ----------
+ *
+ * Its stack was copied at ncclprobe_cupti_marker, inside CUPTI's callback:
+ * leaf first, the marker, our callback, CUPTI's and the CUDA libraries'
+ * frames, then the launch API's caller. What the int3 probe records is the
+ * API function's entry, then that caller on: so the frames of our library,
+ * of a libcupti and of the CUDA libraries (and of the launch function's
+ * own library) are dropped from the leaf, and the function's entry put in
+ * their place. */
+static struct {
+    const struct np_launch_event *e; /* the record these pcs are of */
+    uint64_t pcs[NP_UNWIND_MAX_FRAMES + 1];
+    uint32_t n;
+    enum np_unwind_end end;
+} at_marker;
+
+static bool callback_frame(const char *module_path, const char *launch_lib) {
+    const char *base = strrchr(module_path, '/');
+    base = base ? base + 1 : module_path;
+    return strstr(base, "ncclprobe_cupti") || strncmp(base, "libcupti", 8) == 0 ||
+           strncmp(base, "libcuda", 7) == 0 || (launch_lib && strcmp(module_path, launch_lib) == 0);
+}
+
+uint64_t np_ingest_unwind_at_marker(struct np_ingest *ing, struct np_ingest_proc *t,
+                                    const struct np_launch_event *e, uint64_t entry_pc,
+                                    const char *launch_lib) {
+    static struct np_unwind_result r;
+    at_marker.e = e;
+    at_marker.pcs[0] = entry_pc;
+    at_marker.n = 1;
+    at_marker.end = NP_UNWIND_UNKNOWN;
+    if (!(e->flags & NP_LF_STACK_COPY) || e->stack_len == 0 || !t->unwinder || !t->sym) {
+        ing->unwind.unknown++;
+        return 0;
+    }
+    np_unwind(t->unwinder, e, ing->fp_fallback, &r);
+    count_unwind(&ing->unwind, &r);
+    if (e->flags & NP_LF_STACK_HINTED) {
+        ing->unwind.hinted++;
+        ing->unwind.hint_short += r.end != NP_UNWIND_COMPLETE;
+    }
+    np_stack_hints_learn(&ing->hints, e, &r);
+    uint32_t cut = 0;
+    while (cut < r.n &&
+           callback_frame(np_symbolize(t->sym, r.pcs[cut], cut > 0)->module_path, launch_lib))
+        cut++;
+    if (cut == 0) /* not even the marker's frame: the record is not what it says */
+        return 0;
+    for (uint32_t i = cut; i < r.n; i++)
+        at_marker.pcs[at_marker.n++] = r.pcs[i];
+    at_marker.end = r.end;
+    return at_marker.n > 1 ? at_marker.pcs[1] : 0;
+}
+
 void np_ingest_build_stack(struct np_ingest *ing, struct np_ingest_proc *t,
                            const struct np_launch_event *e, const char *entry_name,
                            struct np_stack_texts *out) {
@@ -440,6 +494,19 @@ void np_ingest_build_stack(struct np_ingest *ing, struct np_ingest_proc *t,
         in.py_truncated = (e->flags & NP_LF_PY_TRUNCATED) != 0;
     }
     const uint64_t *ips = (const uint64_t *)np_launch_ips(e);
+
+    if ((e->flags & NP_LF_AT_MARKER) && at_marker.e == e) { /* unwound and cut already */
+        in.pcs = at_marker.pcs;
+        in.n = at_marker.n;
+        if (!at_marker.pcs[0] && !entry_name)
+            in.entry_name = "[launch]";
+        in.root_marker = at_marker.end == NP_UNWIND_COMPLETE    ? NULL
+                         : at_marker.end == NP_UNWIND_TRUNCATED ? NP_FRAME_TRUNCATED
+                                                                : NP_FRAME_UNKNOWN;
+        at_marker.e = NULL;
+        write_stack_cached(ing, t, &in, out);
+        return;
+    }
 
     if (!(e->flags & NP_LF_STACK_COPY)) {
         /* frame pointers: the kernel's chain, with the caller inserted when

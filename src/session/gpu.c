@@ -105,6 +105,29 @@ static bool gpu_is_traced(void *ctx, pid_t pid) {
     return t && !t->exited;
 }
 
+/* The agent's fast path (events.h): while the library serves a process
+ * with CUPTI on, its marker takes the launches, and the int3 uprobes of
+ * those launch functions are removed; when it goes (or stays out), they
+ * come back first. */
+static void fast_path_on(struct np_session *s, struct np_target *t) {
+    if (!s->attacher.fast_path || t->exited || t->gpu_off || !t->gpu_hello ||
+        t->gpu_status != NP_HELLO_ACTIVE || !t->gpu_cupti_known)
+        return;
+    bool cupti13 = t->gpu_cupti.api_version >= 130000;
+    int n = np_attacher_fast_on(&s->attacher, &t->proc, cupti13);
+    if (n > 0)
+        np_info("pid %d (%s): launches taken at libncclprobe_cupti.so's marker (%d int3 uprobes "
+                "removed)",
+                t->proc.pid, t->comm, n);
+}
+
+static void fast_path_off(struct np_session *s, pid_t pid) {
+    if (!s->attacher.fast_path || !np_attacher_fast_is_on(&s->attacher, pid))
+        return;
+    int n = np_attacher_fast_off(&s->attacher, pid);
+    np_info("pid %d: launches taken at their int3 uprobes again (%d attached)", (int)pid, n);
+}
+
 static void gpu_on_hello(void *ctx, pid_t pid, const struct np_wire_hello *h) {
     struct np_session *s = ctx;
     struct np_target *t = np_session_find_target(s, pid);
@@ -136,6 +159,7 @@ static void gpu_on_hello(void *ctx, pid_t pid, const struct np_wire_hello *h) {
         np_info("pid %d (%s): GPU records from %s", t->proc.pid, t->comm, h->message);
         return;
     }
+    fast_path_off(s, pid);
     if (again)
         np_debug("pid %d (%s): no GPU records: %s", t->proc.pid, t->comm, h->message);
     else
@@ -171,6 +195,7 @@ static void gpu_on_cupti(void *ctx, pid_t pid, const struct np_wire_cupti *c) {
     bool again = t->gpu_cupti_known && memcmp(&t->gpu_cupti, c, sizeof(*c)) == 0;
     t->gpu_cupti = *c;
     t->gpu_cupti_known = true;
+    fast_path_on(ctx, t); /* it follows the HELLO: which CUPTI is known now */
     char lines[sizeof(c->degraded)];
     snprintf(lines, sizeof(lines), "%s", c->degraded);
     bool first = true;
@@ -201,6 +226,7 @@ static void gpu_on_stats(void *ctx, pid_t pid, const struct np_wire_stats *st) {
  * the ring buffer: finished once that is read (finish_closed_gpu_clients). */
 static void gpu_on_close(void *ctx, pid_t pid) {
     struct np_session *s = ctx;
+    fast_path_off(s, pid);
     pid_t *p = realloc(s->gpu_closed, (s->ngpu_closed + 1) * sizeof(*p));
     if (!p) {
         np_gpu_join_finish_pid(s->gpu_join, (uint32_t)pid, NP_GPU_PENDING);

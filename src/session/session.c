@@ -117,6 +117,9 @@ int np_session_setup_bpf(struct np_session *s) {
     if (!s->rb)
         return -errno;
     np_attacher_init(&s->attacher, s->skel, multi);
+    /* the agent's fast path needs the stack copy (DWARF unwinding) */
+    s->attacher.fast_path = s->opt.launch_probes == NP_LAUNCH_PROBES_AUTO &&
+                            s->opt.unwind != UNWIND_FP && !s->opt.no_gpu;
     return np_session_watch(s->epfd, ring_buffer__epoll_fd(s->rb), NP_TAG_RING);
 }
 

@@ -36,6 +36,7 @@ _Static_assert(sizeof(enum np_log_level) == sizeof(int), "NP_STORE_INT");
 
 static const char *const unwind_names[] = {"auto", "dwarf", "fp", NULL};
 static const char *const python_names[] = {"merge", "raw", "off", NULL};
+static const char *const launch_probe_names[] = {"auto", "int3", NULL};
 static const char *const cupti_inject_names[] = {"never", "window", "always", NULL};
 static const char *const log_names[] = {"error", "warn", "info", "debug", NULL};
 
@@ -175,6 +176,13 @@ const struct np_setting np_settings_table[] = {
              "unwinding needed at that thread and call site (a\n"
              "benchmark's baseline)",
      REC(BOOL, fixed_stack_copy)},
+    {.flag = "launch-probes", .metavar = "MODE", .type = NP_V_ENUM, .names = launch_probe_names,
+     .def = "int3", .allowed = "auto or int3",
+     .help = "int3: launches always at the int3 uprobes; auto:\n"
+             "while libncclprobe_cupti.so serves a process, take its\n"
+             "launches at the library's marker and remove the int3\n"
+             "uprobes of those launch functions (docs/gpu.md)",
+     REC(INT, launch_probes)},
     {.flag = "inline", .flag_value = "yes", .type = NP_V_BOOL,
      .help = "inlined functions (from debug info, marked \"[inlined]\")\n"
              "in the folded files too; stacks.jsonl always has them",

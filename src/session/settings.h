@@ -27,6 +27,12 @@
 /* The program's version: `ncclprobe --version` and the daemon's status. */
 #define NCCLPROBE_VERSION "0.1.0"
 
+/* Where launches of a process served by libncclprobe_cupti.so are taken
+ * (names: "auto", "int3"): auto, at the agent's marker (its fast path, the
+ * int3 uprobes on those launch functions removed meanwhile); int3, always
+ * at the int3 uprobes. */
+enum np_launch_probes { NP_LAUNCH_PROBES_AUTO, NP_LAUNCH_PROBES_INT3 };
+
 /* How call stacks are unwound: the one enum of it (names: "auto", "dwarf", "fp"). */
 enum unwind_mode { UNWIND_AUTO, UNWIND_DWARF, UNWIND_FP };
 
@@ -45,6 +51,7 @@ struct np_settings {
     const char *raw_dump;
     long stack_bytes;
     bool fixed_stack_copy; /* no stack hints (ingest/stack_hints.h) */
+    int launch_probes;     /* enum np_launch_probes */
     enum np_python_mode python;
     long python_depth;
     const char *cupti_socket; /* where libncclprobe_cupti.so sends GPU records */

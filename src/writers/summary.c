@@ -103,6 +103,10 @@ static cJSON *totals_json(const struct np_summary *s) {
     np_json_add_u64(o, "python_frames_from_bulk_reads", c[NP_CNT_PY_FRAMES_BULK]);
     np_json_add_u64(o, "cupti_markers", s->ingest->marker_events);
     np_json_add_u64(o, "cupti_markers_dropped", c[NP_CNT_MARKER_DROPPED]);
+    /* the agent's fast path: launches taken at the CUPTI marker (docs/gpu.md) */
+    np_json_add_u64(o, "launches_at_marker", s->ingest->fast_launches);
+    np_json_add_u64(o, "launches_at_marker_sent", c[NP_CNT_FAST_LAUNCHES]);
+    np_json_add_u64(o, "markers_of_int3_launches", s->ingest->fast_doubles);
     np_json_add_u64(o, "foreign_hits", c[NP_CNT_FOREIGN_HITS]);
     np_json_add_u64(o, "malformed_records", s->ingest->malformed);
     np_json_add_u64(o, "records_from_unknown_source", s->ingest->unknown_source);

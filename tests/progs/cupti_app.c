@@ -126,6 +126,7 @@ struct options {
     bool no_records; /* the GPU never reports: launches stay without records */
     bool threads_given;
     long sleep_us;            /* live: pause between rounds */
+    long pace_us;             /* other scenarios: pause after each call (0: none) */
     bool no_graph_nodes;      /* capture: CUPTI announces no graph nodes */
     bool replay_until_signal; /* capture: replays until a stop signal, not --iters */
 };
@@ -208,6 +209,8 @@ static void write_line(const struct text *t) {
 }
 
 static void write_truth(const struct call_truth *c) {
+    if (opts.pace_us && !c->live) /* a steady rate: launches go on while ncclprobe switches */
+        progs_sleep_us(opts.pace_us);
     struct text t = {.len = 0};
     append(&t, "{\"tid\":%ld,\"api\":\"%s\"", c->tid, c->api);
     if (c->has_grid)
@@ -779,6 +782,70 @@ NOINLINE long run_capture(void) {
     return cap.n + 1 + opts.iters;
 }
 
+/* bench (bench/fastpath.py): cudaLaunchKernel and its CUPTI callbacks, as eager_launch
+ * makes them but with no GPU record and nothing written, in a loop: 1.5 s of warm-up (a
+ * tracer switches its probes meanwhile), "bench-start", 0.3 s, then --iters timed
+ * launches, "bench-done N WALL CPU" (ns per launch: wall clock, the thread's CPU time), and
+ * 0.5 s more, so that a harness can read
+ * the tracer's BPF statistics at both lines. */
+NOINLINE static void bench_launch(dim3 grid) {
+    float value = 1.0f;
+    float *data = &value;
+    int n = 1;
+    void *args[] = {&data, &n};
+    dim3 block = {128, 1, 1};
+    const void *stub = (const void *)eager_kernel_a;
+    cudaLaunchKernel_v7000_params params = {stub, grid, block, args, 0, STREAM(0x5030)};
+    cudaError_t status = cudaLaunchKernel(stub, grid, block, args, 0, STREAM(0x5030));
+    KEEP_FRAME();
+    cupti_replay_api_ex(CUPTI_CB_DOMAIN_RUNTIME_API,
+                        CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, "cudaLaunchKernel",
+                        "eager_kernel_a", &params, (int)status);
+    KEEP_FRAME();
+}
+
+NOINLINE static long run_bench(void) {
+    const char *cpu = getenv("CUPTI_APP_BENCH_CPU"); /* the launching thread on this CPU */
+    if (cpu && *cpu) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(atoi(cpu), &set);
+        sched_setaffinity(0, sizeof(set), &set);
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t t0 = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec, now = t0;
+    dim3 grid = {1, 1, 1};
+    long warm = 0;
+    while (now - t0 < 1500000000ull) {
+        for (int i = 0; i < 100; i++, warm++)
+            bench_launch(grid);
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    }
+    printf("bench-start\n");
+    fflush(stdout);
+    progs_sleep_us(300000);
+    /* the thread's CPU time too (user + kernel: the uprobe handlers run in its context),
+     * which time slices other processes take on a shared machine do not inflate */
+    struct timespec cs;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cs);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t0 = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    uint64_t c0 = (uint64_t)cs.tv_sec * 1000000000ull + (uint64_t)cs.tv_nsec;
+    for (long it = 0; it < opts.iters; it++)
+        bench_launch(grid);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cs);
+    now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    uint64_t c1 = (uint64_t)cs.tv_sec * 1000000000ull + (uint64_t)cs.tv_nsec;
+    printf("bench-done %ld %.1f %.1f\n", opts.iters, (double)(now - t0) / (double)opts.iters,
+           (double)(c1 - c0) / (double)opts.iters);
+    fflush(stdout);
+    progs_sleep_us(500000);
+    return warm + opts.iters;
+}
+
 /* Runs the main-thread scenarios; returns the number of API calls made. */
 NOINLINE long run_scenario(void) {
     long calls = 0;
@@ -794,6 +861,8 @@ NOINLINE long run_scenario(void) {
     KEEP_FRAME();
     if (strcmp(opts.scenario, "capture") == 0)
         calls += run_capture();
+    if (strcmp(opts.scenario, "bench") == 0)
+        calls += run_bench();
     KEEP_FRAME();
     return calls;
 }
@@ -972,16 +1041,17 @@ static void load_injection(const char *path) {
 /* ---- options ---- */
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: cupti_app [--injection LIB]\n"
-                 "                 [--scenario eager|graph|memcpy|threads|mixed|live|capture]\n"
-                 "                 [--threads N] [--iters N] [--reverse-buffers] [--drop N]\n"
-                 "                 [--expect FILE] [--wait-signal] [--no-records] [--sleep-us N]\n"
-                 "                 [--no-graph-nodes] [--replay-until-signal]\n");
+    fprintf(out,
+            "usage: cupti_app [--injection LIB]\n"
+            "                 [--scenario eager|graph|memcpy|threads|mixed|live|capture|bench]\n"
+            "                 [--threads N] [--iters N] [--reverse-buffers] [--drop N]\n"
+            "                 [--expect FILE] [--wait-signal] [--no-records] [--sleep-us N]\n"
+            "                 [--no-graph-nodes] [--replay-until-signal] [--pace-us N]\n");
 }
 
 static bool known_scenario(const char *name) {
-    static const char *const names[] = {"eager", "graph", "memcpy", "threads",
-                                        "mixed", "live",  "capture"};
+    static const char *const names[] = {"eager", "graph", "memcpy",  "threads",
+                                        "mixed", "live",  "capture", "bench"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strcmp(name, names[i]) == 0)
             return true;
@@ -1000,6 +1070,7 @@ static void parse_options(int argc, char **argv) {
         OPT_WAIT,
         OPT_NOREC,
         OPT_SLEEP,
+        OPT_PACE,
         OPT_NO_NODES,
         OPT_REPLAY_LOOP
     };
@@ -1014,6 +1085,7 @@ static void parse_options(int argc, char **argv) {
         {"wait-signal", no_argument, NULL, OPT_WAIT},
         {"no-records", no_argument, NULL, OPT_NOREC},
         {"sleep-us", required_argument, NULL, OPT_SLEEP},
+        {"pace-us", required_argument, NULL, OPT_PACE},
         {"no-graph-nodes", no_argument, NULL, OPT_NO_NODES},
         {"replay-until-signal", no_argument, NULL, OPT_REPLAY_LOOP},
         {"help", no_argument, NULL, 'h'},
@@ -1049,6 +1121,9 @@ static void parse_options(int argc, char **argv) {
             break;
         case OPT_SLEEP:
             opts.sleep_us = progs_parse_long("--sleep-us", optarg, 0);
+            break;
+        case OPT_PACE:
+            opts.pace_us = progs_parse_long("--pace-us", optarg, 0);
             break;
         case OPT_WAIT:
             opts.wait_signal = true;
