@@ -31,7 +31,7 @@ endif
 WARN     := -Wall -Wextra -Werror
 CFLAGS   ?= -O2 -g
 CPPFLAGS := -Iinclude -Isrc -I$(BUILD) -I$(BUILD)/gen
-LIBS     := -lbpf -ldw -lelf -lz -lcjson -lprotobuf-c -lstdc++ -lpthread
+LIBS     := -lbpf -ldw -lelf -lz -lcjson -lprotobuf-c -lmicrohttpd -lstdc++ -lpthread
 
 BPF_SRC  := bpf/ncclprobe.bpf.c
 # src/cupti/ is the injection library that runs inside the target, not part of the daemon;

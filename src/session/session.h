@@ -47,6 +47,14 @@ struct np_sink_ops {
     void (*held)(struct np_session *s, struct np_output *out);
     /* ... and has been written (its records came, or stopped coming). */
     void (*retired)(struct np_session *s, struct np_output *out);
+    /* Optional, the daemon's live metrics and profiles: every outermost launch
+     * counted in its target's launches (recorded or not), with its stack and
+     * kernel name; returns a cookie that gpu_time hands back ... */
+    uint64_t (*launched)(struct np_session *s, struct np_target *t, const struct np_launch *l,
+                         const struct np_stack_texts *stack, const char *kernel);
+    /* ... with the GPU time of the launch's records, once they are in. */
+    void (*gpu_time)(struct np_session *s, uint32_t pid, uint64_t cookie, const char *kernel,
+                     uint64_t gpu_ns);
 };
 
 struct np_session {
