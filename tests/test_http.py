@@ -108,10 +108,10 @@ SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
-def metrics(port):
+def metrics(port, auth=None):
     """/metrics as {(name, frozenset(labels)): value}; every line must be a comment or a
     sample of the text format."""
-    status, headers, body = get(port, "/metrics")
+    status, headers, body = get(port, "/metrics", auth)
     assert status == 200, body
     assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
     out = {}
@@ -130,8 +130,8 @@ def pid_series(values, name, pid):
     return {k: v for k, v in values.items() if k[0] == name and ("pid", str(pid)) in k[1]}
 
 
-def launches_of(port, pid):
-    s = pid_series(metrics(port), "ncclprobe_launches_total", pid)
+def launches_of(port, pid, auth=None):
+    s = pid_series(metrics(port, auth), "ncclprobe_launches_total", pid)
     return sum(s.values()) if s else None
 
 
@@ -175,11 +175,33 @@ def as_location(frame):
     return (m.group(1), m.group(2), int(m.group(3))) if m else (frame, "", 0)
 
 
-def fetch_profile(port, seconds, kind="launches"):
+def fetch_profile(port, seconds, kind="launches", auth=None):
     """(status, (window start ns, end ns) or None, body) of /pprof/KIND?seconds=N."""
-    status, headers, body = get(port, f"/pprof/{kind}?seconds={seconds}", timeout=seconds + 30)
+    status, headers, body = get(port, f"/pprof/{kind}?seconds={seconds}", auth,
+                                timeout=seconds + 30)
     window = headers.get("X-Ncclprobe-Window-Monotonic-Ns")
     return status, tuple(map(int, window.split())) if window else None, body
+
+
+class Served:
+    """A daemon whose endpoints need a bearer token (a 0600 file)."""
+
+    def __init__(self, root):
+        self.token = root / "token"
+        self.token.write_text("s3cret-token\n")
+        self.token.chmod(0o600)
+        self.auth = {"Authorization": "Bearer s3cret-token"}
+        self.port = free_port()
+        self.daemon = http_daemon(root, self.port, http_token_file=self.token)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """One daemon for the tests that look only at their own processes and requests."""
+    s = Served(tmp_path_factory.mktemp("served"))
+    yield s
+    s.daemon.kill()
+    s.daemon.assert_clean()
 
 
 # ---- /metrics and a real Prometheus ---------------------------------------------------------
@@ -191,6 +213,9 @@ scrape_configs:
   - job_name: ncclprobe
     scrape_interval: 1s
     scrape_timeout: 1s
+    authorization:
+      type: Bearer
+      credentials_file: {token}
     static_configs:
       - targets: ["127.0.0.1:{port}"]
 """
@@ -205,9 +230,9 @@ def prometheus(tmp_path):
         pytest.skip("no prometheus (tools/install-deps.sh installs Debian's)")
     procs = []
 
-    def start(port):
+    def start(port, token):
         conf = tmp_path / "prometheus.yml"
-        conf.write_text(PROM_CONFIG.replace("{port}", str(port)))
+        conf.write_text(PROM_CONFIG.replace("{port}", str(port)).replace("{token}", str(token)))
         web = free_port()
         log = open(tmp_path / "prometheus.log", "w")
         procs.append(subprocess.Popen(
@@ -232,13 +257,12 @@ def prometheus(tmp_path):
         p.wait(timeout=30)
 
 
-def test_prometheus_counts_the_launches_of_a_process(tmp_path, prometheus):
-    port = free_port()
-    d = http_daemon(tmp_path, port)
+def test_prometheus_counts_the_launches_of_a_process(tmp_path, prometheus, served):
+    d = served.daemon
     w = Launcher(tmp_path)
     try:
         wait_traced(d, w.pid)
-        query = prometheus(port)
+        query = prometheus(served.port, served.token)
         w.burst(123)
         promql = f'sum(ncclprobe_launches_total{{pid="{w.pid}"}})'
 
@@ -261,8 +285,6 @@ def test_prometheus_counts_the_launches_of_a_process(tmp_path, prometheus):
         assert r and all(x["value"][1] == "0" for x in r), r
     finally:
         w.kill()
-        d.kill()
-    d.assert_clean()
 
 
 def test_metrics_series_go_with_the_process_and_restart_with_the_daemon(tmp_path):
@@ -310,9 +332,8 @@ def at_fraction(fraction):
     time.sleep((fraction - now % 1) % 1)
 
 
-def test_pprof_launches_is_the_window_after_the_request(tmp_path):
-    port = free_port()
-    d = http_daemon(tmp_path, port)
+def test_pprof_launches_is_the_window_after_the_request(tmp_path, served):
+    port, d = served.port, served.daemon
     w = Launcher(tmp_path)
     try:
         wait_traced(d, w.pid)
@@ -320,7 +341,7 @@ def test_pprof_launches_is_the_window_after_the_request(tmp_path):
         results = {}
 
         def scrape(key, seconds):
-            results[key] = fetch_profile(port, seconds)
+            results[key] = fetch_profile(port, seconds, auth=served.auth)
         at_fraction(0.5)
         threads = [threading.Thread(target=scrape, args=(k, s)) for k, s in (("a", 3), ("b", 2))]
         for t in threads:
@@ -360,66 +381,50 @@ def test_pprof_launches_is_the_window_after_the_request(tmp_path):
     names = [f[0] for f in next(iter(profile_stacks))]
     assert names[0] == "[GPU_Kernel]<unnamed 0x1234>" and "cudaLaunchKernel" in names
     assert [n for n in names if n in PY_CHAIN] == list(reversed(PY_CHAIN))
-    d.kill()
-    d.assert_clean()
 
 
-def test_pprof_gpu_time_is_a_profile_with_gpu_time_as_default(tmp_path):
-    port = free_port()
-    d = http_daemon(tmp_path, port)
-    try:
-        status, window, body = fetch_profile(port, 1, "gpu_time")
-        assert status == 200 and window
-        profile = tmp_path / "gpu.pb.gz"
-        profile.write_bytes(body)
-        text = go_pprof(tmp_path, "-raw", profile)
-        assert "gpu_time/nanoseconds[dflt]" in text, text
-    finally:
-        d.kill()
+def test_pprof_gpu_time_is_a_profile_with_gpu_time_as_default(tmp_path, served):
+    status, window, body = fetch_profile(served.port, 1, "gpu_time", served.auth)
+    assert status == 200 and window
+    profile = tmp_path / "gpu.pb.gz"
+    profile.write_bytes(body)
+    text = go_pprof(tmp_path, "-raw", profile)
+    assert "gpu_time/nanoseconds[dflt]" in text, text
 
 
-def test_requests_that_are_not_served(tmp_path):
-    port = free_port()
-    d = http_daemon(tmp_path, port)
-    try:
-        assert get(port, "/healthz")[0:3:2] == (200, b"ok\n")
-        status, _, body = get(port, "/nothing")
-        assert status == 404 and b"/metrics" in body
-        for bad in ("0", "61", "x", "-1", "1.5", "", "99999999999999999999"):
-            status, _, body = get(port, f"/pprof/launches?seconds={bad}")
-            assert status == 400, bad
-            assert b"expected a whole number of seconds from 1 to 60" in body, body
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", data=b"x", method="POST")
-        with pytest.raises(urllib.error.HTTPError) as e:
-            urllib.request.urlopen(req, timeout=10)
-        assert e.value.code == 405
-    finally:
-        d.kill()
-    d.assert_clean()
+def test_requests_that_are_not_served(served):
+    port, auth = served.port, served.auth
+    assert get(port, "/healthz", auth)[0:3:2] == (200, b"ok\n")
+    status, _, body = get(port, "/nothing", auth)
+    assert status == 404 and b"/metrics" in body
+    for bad in ("0", "61", "x", "-1", "1.5", "", "99999999999999999999"):
+        status, _, body = get(port, f"/pprof/launches?seconds={bad}", auth)
+        assert status == 400, bad
+        assert b"expected a whole number of seconds from 1 to 60" in body, body
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", data=b"x", method="POST",
+                                 headers=auth)
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=10)
+    assert e.value.code == 405
 
 
 # ---- security -------------------------------------------------------------------------------
 
-def test_bearer_token(tmp_path):
+def test_bearer_token(tmp_path, served):
+    port = served.port
+    assert get(port, "/metrics")[0] == 401
+    assert get(port, "/healthz", {"Authorization": "Bearer s3cret-tokem"})[0] == 401
+    assert get(port, "/healthz", {"Authorization": "Bearer s3cret-token-and-more"})[0] == 401
+    assert get(port, "/healthz", {"Authorization": "s3cret-token"})[0] == 401
+    assert get(port, "/healthz", {"Authorization": "Bearer s3cret-token"})[0] == 200
+
+    # a token file others may read is refused, before anything is loaded
     token = tmp_path / "token"
     token.write_text("s3cret-token\n")
     token.chmod(0o644)
-    port = free_port()
-    d = http_daemon(tmp_path, port, wait=False, http_token_file=token)
-    assert d.exit_status() != 0
+    d = http_daemon(tmp_path, free_port(), wait=False, http_token_file=token)
+    assert d.exit_status() == 1
     assert f"http_token_file {token}: mode 0644 lets others read it" in d.stderr()
-
-    token.chmod(0o600)
-    d = http_daemon(tmp_path, port, name="d2", http_token_file=token)
-    try:
-        assert get(port, "/metrics")[0] == 401
-        assert get(port, "/healthz", {"Authorization": "Bearer s3cret-tokem"})[0] == 401
-        assert get(port, "/healthz", {"Authorization": "Bearer s3cret-token"})[0] == 200
-        status, _, _ = get(port, "/metrics", {"Authorization": "Bearer s3cret-token"})
-        assert status == 200
-    finally:
-        d.kill()
-    d.assert_clean()
 
 
 @pytest.mark.parametrize("listen,why", [

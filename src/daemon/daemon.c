@@ -228,7 +228,9 @@ static int setup(struct daemon *d) {
         snprintf(d->host, sizeof(d->host), "localhost");
     umask(077); /* sets, their files and the control socket: root's only */
     raise_fd_limit();
-    int err = np_preflight();
+    int err = metrics_check(d);
+    if (!err)
+        err = np_preflight();
     if (!err)
         err = setup_session(d);
     if (!err)

@@ -187,6 +187,9 @@ uint64_t budget_cache_bytes(const struct daemon *d);
 void budget_check_caches(struct daemon *d);
 
 /* ---- metrics.c ---- */
+/* http_listen's address and token file, checked before anything is loaded:
+ * 0 or -errno (said). */
+int metrics_check(struct daemon *d);
 /* With http_listen: the feed and the HTTP server; 0 or -errno (said). */
 int metrics_start(struct daemon *d);
 /* The session's sink hooks: a launch (returns its profile cookie), its GPU time. */

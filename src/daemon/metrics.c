@@ -416,6 +416,21 @@ static void render(struct daemon *d, struct np_str *o) {
 
 /* ---- the loop's calls ------------------------------------------------------------ */
 
+static struct np_http_options http_options(const struct daemon *d) {
+    return (struct np_http_options){.listen = d->cfg.http_listen,
+                                    .allow_remote = d->cfg.http_allow_remote,
+                                    .token_file = d->cfg.http_token_file};
+}
+
+int metrics_check(struct daemon *d) {
+    char msg[512];
+    struct np_http_options o = http_options(d);
+    int err = o.listen && *o.listen ? np_http_check(&o, msg, sizeof(msg)) : 0;
+    if (err)
+        np_err("%s", msg);
+    return err;
+}
+
 int metrics_start(struct daemon *d) {
     if (!d->cfg.http_listen || !*d->cfg.http_listen)
         return 0;
@@ -432,9 +447,7 @@ int metrics_start(struct daemon *d) {
     if (err)
         return err;
     char msg[512];
-    struct np_http_options o = {.listen = d->cfg.http_listen,
-                                .allow_remote = d->cfg.http_allow_remote,
-                                .token_file = d->cfg.http_token_file};
+    struct np_http_options o = http_options(d);
     err = np_http_start(&o, m->feed, &m->server, msg, sizeof(msg));
     if (err) {
         np_err("%s", msg);

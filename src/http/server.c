@@ -273,11 +273,11 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     np_debug("http: %s", line);
 }
 
-int np_http_start(const struct np_http_options *o, struct np_http_feed *feed,
-                  struct np_http_server **out, char *err, size_t errlen) {
-    struct sockaddr_storage ss;
+/* The address, and whether it may be listened on. */
+static int check_address(const struct np_http_options *o, struct sockaddr_storage *ss, char *err,
+                         size_t errlen) {
     bool loopback = false;
-    int rc = np_http_parse_listen(o->listen, &ss, &loopback, err, errlen);
+    int rc = np_http_parse_listen(o->listen, ss, &loopback, err, errlen);
     if (rc)
         return rc;
     if (!loopback && !o->allow_remote) {
@@ -287,12 +287,34 @@ int np_http_start(const struct np_http_options *o, struct np_http_feed *feed,
                  o->listen);
         return -EPERM;
     }
+    return 0;
+}
+
+static bool has_token(const struct np_http_options *o) {
+    return o->token_file && *o->token_file;
+}
+
+int np_http_check(const struct np_http_options *o, char *err, size_t errlen) {
+    struct sockaddr_storage ss;
+    char *token = NULL;
+    int rc = check_address(o, &ss, err, errlen);
+    if (!rc && has_token(o))
+        rc = read_token(o->token_file, &token, err, errlen);
+    free(token);
+    return rc;
+}
+
+int np_http_start(const struct np_http_options *o, struct np_http_feed *feed,
+                  struct np_http_server **out, char *err, size_t errlen) {
+    struct sockaddr_storage ss;
+    int rc = check_address(o, &ss, err, errlen);
+    if (rc)
+        return rc;
     struct np_http_server *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
     s->feed = feed;
-    if (o->token_file && *o->token_file &&
-        (rc = read_token(o->token_file, &s->token, err, errlen))) {
+    if (has_token(o) && (rc = read_token(o->token_file, &s->token, err, errlen))) {
         free(s);
         return rc;
     }

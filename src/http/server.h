@@ -26,6 +26,9 @@ struct np_http_options {
 
 struct np_http_server;
 
+/* Checks the address and the token file, without listening (the daemon does
+ * before it loads anything): 0, or -errno with err, as np_http_start. */
+int np_http_check(const struct np_http_options *o, char *err, size_t errlen);
 /* Checks the address and the token file, then listens. 0, or -errno with
  * err saying what is wrong (the address, the token file's mode, ...). */
 int np_http_start(const struct np_http_options *o, struct np_http_feed *feed,
