@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from lib.daemon import Daemon, set_folded
-from lib.paths import REPO
+from lib.paths import CUPTI_LIB, PROGS, PROGS_ENV, REPO
 from lib.processes import wait_for
 from lib.run import go_pprof
 from lib.skip import needs_bpf, needs_real_cudart
@@ -383,13 +383,49 @@ def test_pprof_launches_is_the_window_after_the_request(tmp_path, served):
     assert [n for n in names if n in PY_CHAIN] == list(reversed(PY_CHAIN))
 
 
-def test_pprof_gpu_time_is_a_profile_with_gpu_time_as_default(tmp_path, served):
-    status, window, body = fetch_profile(served.port, 1, "gpu_time", served.auth)
+def test_pprof_gpu_time_of_a_process_with_gpu_records(tmp_path, served):
+    """py_cupti.py: its CUPTI answered by the TEST DOUBLE libcupti_replay.so (no GPU here),
+    10 matmul launches of 1000 ns and 20 softmax ones of 300 ns (its docstring)."""
+    d = served.daemon
+    link = tmp_path / "nphttp_gpu"
+    link.symlink_to(os.path.realpath(PYTHON))
+    env = {**os.environ, "NCCLPROBE_CUPTI_SOCKET": str(d.root / "cupti.sock"),
+           "CUDART_PATH": PROGS_ENV.get("CUDART_PATH", "")}
+    app = subprocess.Popen([link, REPO / "tests/progs/py_cupti.py", CUPTI_LIB,
+                            PROGS / "libcupti_replay.so", "--wait-signal"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert app.stdout.readline().startswith("ready")
+        wait_traced(d, app.pid)
+        wait_for(lambda: d.target(app.pid)["gpu"] == "active", 20, "its CUPTI library's hello")
+        result = {}
+        scrape = threading.Thread(target=lambda: result.update(
+            r=fetch_profile(served.port, 4, "gpu_time", served.auth)))
+        at_fraction(0.8)
+        scrape.start()
+        at_fraction(0.2)  # inside the window: it starts at the second boundary just passed
+        app.send_signal(signal.SIGUSR1)
+        out, err = app.communicate(timeout=60)
+        assert "launches matmul=10 softmax=20" in out, (out, err)
+        scrape.join(timeout=60)
+    finally:
+        if app.poll() is None:
+            app.kill()
+            app.wait()
+    status, window, body = result["r"]
     assert status == 200 and window
     profile = tmp_path / "gpu.pb.gz"
     profile.write_bytes(body)
     text = go_pprof(tmp_path, "-raw", profile)
     assert "gpu_time/nanoseconds[dflt]" in text, text
+    ours = [s for s in raw_profile(tmp_path, profile) if s[2].get("pid") == str(app.pid)]
+    launches, gpu_ns = Counter(), Counter()
+    for values, frames, _ in ours:
+        launches[frames[0][0]] += values[0]
+        gpu_ns[frames[0][0]] += values[1]
+    assert dict(launches) == {"[GPU_Kernel]matmul_kernel": 10, "[GPU_Kernel]softmax_kernel": 20}
+    assert dict(gpu_ns) == {"[GPU_Kernel]matmul_kernel": 10 * 1000,
+                            "[GPU_Kernel]softmax_kernel": 20 * 300}
 
 
 def test_requests_that_are_not_served(served):

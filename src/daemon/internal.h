@@ -192,11 +192,12 @@ void budget_check_caches(struct daemon *d);
 int metrics_check(struct daemon *d);
 /* With http_listen: the feed and the HTTP server; 0 or -errno (said). */
 int metrics_start(struct daemon *d);
-/* The session's sink hooks: a launch (returns its profile cookie), its GPU time. */
+/* The session's sink hooks: a launch (returns a cookie when it is held), a held one
+ * written with its GPU time. */
 uint64_t metrics_launched(struct np_session *s, struct np_target *t, const struct np_launch *l,
-                          const struct np_stack_texts *stack, const char *kernel);
-void metrics_gpu_time(struct np_session *s, uint32_t pid, uint64_t cookie, const char *kernel,
-                      uint64_t gpu_ns);
+                          const struct np_stack_texts *stack, const char *kernel, bool held);
+void metrics_gpu_retired(struct np_session *s, uint32_t pid, uint64_t cookie, const char *kernel,
+                         uint64_t gpu_ns);
 /* Every loop: seconds whose launches are all read go to the HTTP side. */
 void metrics_tick(struct daemon *d, uint64_t now);
 /* Once a second: /metrics rendered. */

@@ -29,7 +29,7 @@
 #include "session/target.h"
 
 #define NP_METRICS_KERNELS 50           /* kernel series per process, then "other" */
-#define NP_METRICS_STACKS 4096          /* stacks per process remembered for GPU time */
+#define NP_METRICS_STACKS 1024          /* stacks per process remembered for GPU time */
 #define NP_METRICS_BUCKET_SAMPLES 20000 /* distinct samples in one second's bucket */
 #define COMPLETE_MARGIN_NS 50000000ull  /* a launch is in the ring this soon after its time */
 
@@ -168,12 +168,12 @@ static struct np_http_sample *bucket_sample(struct daemon_metrics *m, struct pme
     return &v[b->n++];
 }
 
-/* frames;[GPU_Kernel]kernel, as merged.folded writes a launch. */
-static const char *folded_text(struct daemon_metrics *m, const struct np_stack_texts *stack,
+/* frames;[GPU_Kernel]kernel, as merged.folded writes a launch (frames: "" or NULL for none). */
+static const char *folded_text(struct daemon_metrics *m, const char *frames, size_t len,
                                const char *kernel) {
     np_str_reset(&m->scratch);
-    if (stack && stack->folded.len) {
-        np_str_append_n(&m->scratch, stack->folded.buf, stack->folded.len);
+    if (frames && len) {
+        np_str_append_n(&m->scratch, frames, len);
         np_str_append(&m->scratch, ";");
     }
     np_str_append(&m->scratch, NP_LEAF_KERNEL);
@@ -181,27 +181,38 @@ static const char *folded_text(struct daemon_metrics *m, const struct np_stack_t
     return np_str_cstr(&m->scratch);
 }
 
-/* The folded text is made once per stack a second, not once per launch. */
-static void profile_launch(struct daemon_metrics *m, struct pmetrics *pm, uint64_t ts,
-                           uint64_t cookie, const struct np_stack_texts *stack,
-                           const char *kernel) {
-    uint64_t second = ts / 1000000000ull;
-    struct np_http_sample *x = bucket_sample(m, pm, second, cookie, NULL);
-    if (!x && m->cur && m->cur->second >= second) {
-        const char *text = folded_text(m, stack, kernel);
-        x = bucket_sample(m, pm, second, cookie, text);
-        if (!np_map_get_u64(&pm->stacks, cookie) && pm->stacks.count < NP_METRICS_STACKS) {
-            char *copy = strdup(text);
-            if (copy && np_map_put_u64(&pm->stacks, cookie, copy))
-                free(copy);
-        }
-    }
-    if (x)
+/* One launch (and its GPU time) in the bucket of `second`, under key (its process, stack
+ * and kernel); the folded text is made once per key a second, not once per launch. */
+static void profile_add(struct daemon_metrics *m, struct pmetrics *pm, uint64_t second,
+                        uint64_t key, const char *frames, size_t len, const char *kernel,
+                        uint64_t gpu_ns) {
+    struct np_http_sample *x = bucket_sample(m, pm, second, key, NULL);
+    if (!x && m->cur && m->cur->second >= second)
+        x = bucket_sample(m, pm, second, key, folded_text(m, frames, len, kernel));
+    if (x) {
         x->count++;
+        x->gpu_ns += gpu_ns;
+    }
+}
+
+static uint64_t key_of(uint64_t a, uint64_t b, const char *kernel) {
+    uint64_t h[3] = {a, b, kernel ? np_hash_str(kernel) : 0};
+    return np_hash_bytes(h, sizeof(h)) | 1;
+}
+
+/* A held launch's stack, kept until it is retired (at most NP_METRICS_STACKS a process). */
+static void remember_stack(struct pmetrics *pm, uint64_t cookie,
+                           const struct np_stack_texts *stack) {
+    if (pm->stacks.count >= NP_METRICS_STACKS || np_map_get_u64(&pm->stacks, cookie))
+        return;
+    char *copy = strndup(stack ? stack->folded.buf ? stack->folded.buf : "" : "",
+                         stack ? stack->folded.len : 0);
+    if (copy && np_map_put_u64(&pm->stacks, cookie, copy))
+        free(copy);
 }
 
 uint64_t metrics_launched(struct np_session *s, struct np_target *t, const struct np_launch *l,
-                          const struct np_stack_texts *stack, const char *kernel) {
+                          const struct np_stack_texts *stack, const char *kernel, bool held) {
     struct daemon *d = daemon_of(s);
     struct daemon_metrics *m = d->metrics;
     struct pmetrics *pm = m ? pm_get(d, t->proc.pid) : NULL;
@@ -210,29 +221,38 @@ uint64_t metrics_launched(struct np_session *s, struct np_target *t, const struc
     size_t api = (size_t)(l->def - m->defs);
     if (l->def >= m->defs && api < m->ndefs)
         pm->api[api]++;
+    uint64_t stack_hash = stack ? np_stack_texts_hash(stack) : 0;
+    if (held) { /* counted once its GPU records name its kernel (metrics_gpu_retired) */
+        uint64_t cookie = key_of((uint64_t)t->proc.pid, stack_hash, NULL);
+        remember_stack(pm, cookie, stack);
+        return cookie;
+    }
     kernel_series(pm, kernel)->launches++;
-    uint64_t h[3] = {(uint64_t)t->proc.pid, stack ? np_stack_texts_hash(stack) : 0,
-                     np_hash_str(kernel)};
-    uint64_t cookie = np_hash_bytes(h, sizeof(h)) | 1;
-    profile_launch(m, pm, l->ev->hdr.ts_ns, cookie, stack, kernel);
-    return cookie;
+    profile_add(m, pm, l->ev->hdr.ts_ns / 1000000000ull,
+                key_of((uint64_t)t->proc.pid, stack_hash, kernel), stack ? stack->folded.buf : NULL,
+                stack ? stack->folded.len : 0, kernel, 0);
+    return 0;
 }
 
-void metrics_gpu_time(struct np_session *s, uint32_t pid, uint64_t cookie, const char *kernel,
-                      uint64_t gpu_ns) {
+void metrics_gpu_retired(struct np_session *s, uint32_t pid, uint64_t cookie, const char *kernel,
+                         uint64_t gpu_ns) {
     struct daemon *d = daemon_of(s);
     struct daemon_metrics *m = d->metrics;
     struct pmetrics *pm = m ? np_map_get_u64(&m->procs, pid) : NULL;
-    if (!pm || !gpu_ns)
+    if (!pm)
         return;
-    pm->gpu_known = true;
-    kernel_series(pm, kernel)->gpu_ns += gpu_ns;
-    /* GPU time comes after its launch: it goes in the second being filled */
+    struct kseries *k = kernel_series(pm, kernel);
+    k->launches++;
+    k->gpu_ns += gpu_ns;
+    pm->gpu_known |= gpu_ns != 0;
+    const char *frames = np_map_get_u64(&pm->stacks, cookie);
+    if (!frames) { /* over the cap of stacks kept: counted, but not in the profile */
+        m->samples_dropped++;
+        return;
+    }
+    /* a retired launch goes in the second being filled: its records came after it */
     uint64_t second = m->cur ? m->cur->second : np_monotonic_ns() / 1000000000ull;
-    struct np_http_sample *x =
-        bucket_sample(m, pm, second, cookie, np_map_get_u64(&pm->stacks, cookie));
-    if (x)
-        x->gpu_ns += gpu_ns;
+    profile_add(m, pm, second, key_of(cookie, 0, kernel), frames, strlen(frames), kernel, gpu_ns);
 }
 
 /* ---- /metrics ------------------------------------------------------------------ */

@@ -188,5 +188,5 @@ const struct np_sink_ops sets_sink_ops = {
     .held = on_held,
     .retired = on_retired,
     .launched = metrics_launched,
-    .gpu_time = metrics_gpu_time,
+    .gpu_retired = metrics_gpu_retired,
 };

@@ -90,9 +90,9 @@ static void gpu_retire(void *ctx, const struct np_gpu_launch *l, enum np_gpu_sta
     free(replay.by);
     if (s->sink && s->sink->retired)
         s->sink->retired(s, l->owner);
-    if (s->sink && s->sink->gpu_time && l->cookie)
-        s->sink->gpu_time(s, l->pid, l->cookie, retire_name(s, l, buf, sizeof(buf)),
-                          launch_gpu_ns(l));
+    if (s->sink && s->sink->gpu_retired && l->cookie)
+        s->sink->gpu_retired(s, l->pid, l->cookie, retire_name(s, l, buf, sizeof(buf)),
+                             launch_gpu_ns(l));
     if (!l->tag || !l->nrecords)
         return;
     struct np_nccl_comm_stats *c = np_nccl_comms_get(&s->nccl_comms, l->pid, l->tag, NULL);

@@ -91,6 +91,8 @@ static void write_launch(struct np_session *s, struct np_target *t, struct np_ou
                                     .ext = (char *)held.ext,
                                     .cpu_kernel = (char *)kernel};
         np_output_gpu_launch(out, &now, NP_GPU_PENDING, kernel, NULL);
+        if (s->sink && s->sink->gpu_retired && cookie)
+            s->sink->gpu_retired(s, e->hdr.pid, cookie, kernel, 0);
     }
 }
 
@@ -165,7 +167,7 @@ static void on_launch(struct np_ingest *in, struct np_ingest_proc *p, const stru
     } else {
         t->launches++;
         if (s->sink && s->sink->launched)
-            cookie = s->sink->launched(s, t, l, stack, kernel);
+            cookie = s->sink->launched(s, t, l, stack, kernel, gpu_records_come(s, t));
     }
     if (np_probe_is_graph(l->def) && !l->nested)
         write_graph_launch(s, t, out, l, stack, kernel, cookie);
