@@ -4,7 +4,7 @@
 # without scrapes and rounds with a Prometheus-style GET /metrics plus a
 # GET /pprof/launches?seconds=1 every second, interleaved in one run. Reports the daemon's
 # CPU (% of a core, and per launch), launches counted and dropped, and the ratios. See
-# bench/http.py; writes bench/results-http.md.
+# bench/http_bench.py; writes bench/results-http.md.
 #
 # Environment: CUDA_HOME (/usr/local/cuda), CC (gcc), BENCH_HTTP_ROUNDS (3),
 # BENCH_HTTP_SECONDS (10), BENCH_HTTP_RATE (50000), BENCH_HTTP_OUT (bench/results-http.md).
@@ -20,6 +20,6 @@ BUILD_ABS=$(cd "$BUILD" && pwd)
 # shellcheck disable=SC1091
 . "$HERE/lib.sh"
 LOOP=$(launch_loop_build "$BUILD_ABS")
-exec /usr/bin/python3 "$HERE/http.py" --build "$BUILD_ABS" --launch-loop "$LOOP" \
+exec /usr/bin/python3 "$HERE/http_bench.py" --build "$BUILD_ABS" --launch-loop "$LOOP" \
     --rounds "${BENCH_HTTP_ROUNDS:-3}" --seconds "${BENCH_HTTP_SECONDS:-10}" \
     --rate "${BENCH_HTTP_RATE:-50000}" --out "${BENCH_HTTP_OUT:-$HERE/results-http.md}"

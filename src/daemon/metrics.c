@@ -267,14 +267,21 @@ static void each_pm(struct daemon_metrics *m, struct np_str *o,
             fn(d, m->procs.slots[i].value, o);
 }
 
-static void render_info(struct daemon *d, struct pmetrics *pm, struct np_str *o) {
-    const struct dproc *p = np_map_get_u64(&d->procs, (uint64_t)pm->pid);
-    char ns_pid[16];
-    snprintf(ns_pid, sizeof(ns_pid), "%d", p ? (int)p->labels.ns_pid : 0);
-    const char *l[] = {
-        PROC_LABELS(pm),          "ns_pid", ns_pid, "exe", p ? p->labels.exe : "", "cgroup",
-        p ? p->labels.cgroup : ""};
-    np_expo_sample(o, "ncclprobe_target_info", l, 6, 1);
+/* Every traced process, launches or not. */
+static void render_info(struct daemon *d, struct np_str *o) {
+    np_expo_family(o, "ncclprobe_target_info", "gauge", "a traced process's labels (always 1)");
+    for (size_t i = 0; i < d->procs.cap; i++) {
+        const struct dproc *p = d->procs.slots[i].used ? d->procs.slots[i].value : NULL;
+        if (!p || p->exited)
+            continue;
+        char pid[16], ns_pid[16];
+        snprintf(pid, sizeof(pid), "%d", (int)p->labels.pid);
+        snprintf(ns_pid, sizeof(ns_pid), "%d", (int)p->labels.ns_pid);
+        const char *l[] = {
+            "pid",    pid,    "comm", p->labels.comm, "container", p->labels.container,
+            "ns_pid", ns_pid, "exe",  p->labels.exe,  "cgroup",    p->labels.cgroup};
+        np_expo_sample(o, "ncclprobe_target_info", l, 6, 1);
+    }
 }
 
 static void render_api(struct daemon *d, struct pmetrics *pm, struct np_str *o) {
@@ -413,8 +420,7 @@ static void render_health(struct daemon *d, struct np_str *o) {
 }
 
 static void render(struct daemon *d, struct np_str *o) {
-    render_family(d, o, "ncclprobe_target_info", "gauge", "a traced process's labels (always 1)",
-                  render_info);
+    render_info(d, o);
     render_family(d, o, "ncclprobe_launches_total", "counter",
                   "outermost launches of a traced process, by launch API", render_api);
     render_family(d, o, "ncclprobe_kernel_launches_total", "counter",

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""http.py - the cost of scraping `ncclprobe daemon`'s HTTP endpoints while it traces; run
+"""http_bench.py - the cost of scraping `ncclprobe daemon`'s HTTP endpoints while it traces; run
 through bench/http.sh.
 
-    http.py --build BUILD --launch-loop PATH [--rounds N] [--seconds S] [--rate R] [--out FILE]
+    http_bench.py --build BUILD --launch-loop PATH [--rounds N] [--seconds S] [--rate R] [--out FILE]
 
 One daemon (http_listen on a free loopback port, cpu_budget = 100 so nothing is rate limited,
 include_comm = the loop's name only). Each round runs launch_loop at --rate for --seconds twice,
@@ -17,6 +17,7 @@ import argparse
 import os
 import platform
 import re
+import signal
 import socket
 import statistics
 import subprocess
@@ -44,7 +45,10 @@ def get(port, path, timeout=30):
 
 
 def pid_value(port, name, pid, extra=""):
-    text = get(port, "/metrics").decode()
+    try:
+        text = get(port, "/metrics").decode()
+    except OSError:  # 503 before the first rendering
+        return None
     total = None
     for m in re.finditer(rf'^{name}\{{pid="{pid}",[^}}]*{extra}[^}}]*\}} (\S+)$', text, re.M):
         total = (total or 0) + float(m.group(1))
@@ -58,7 +62,7 @@ def wait(cond, timeout, what):
         if v:
             return v
         time.sleep(0.1)
-    raise SystemExit(f"http.py: timed out waiting for {what}")
+    raise SystemExit(f"http_bench.py: timed out waiting for {what}")
 
 
 class Scraper(threading.Thread):
@@ -77,32 +81,57 @@ class Scraper(threading.Thread):
             time.sleep(max(0.0, 1 - (time.monotonic() - t0)))
 
 
+def counted_at_least(port, pid, want, timeout):
+    """The loop's launches in /metrics once they reach want (or after timeout: what is there)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pid_value(port, "ncclprobe_launches_total", pid) or 0
+        if v >= want or time.monotonic() > deadline:
+            return v
+        time.sleep(0.1)
+
+
+def read_until(stream, word):
+    for line in stream:
+        if word in line:
+            return line
+    raise SystemExit(f"http_bench.py: launch_loop ended before '{word}'")
+
+
 def one_run(args, port, daemon_pid, loop_path, scrape):
+    """One timed run: the loop waits (--pause) after its warm-up and after its result line,
+    so the counters are read exactly around the timed launches, before it exits."""
+    warmup = 1000
     loop = subprocess.Popen([loop_path, "--rate", str(args.rate), "--duration", str(args.seconds),
-                             "--iters", str(10**9), "--wait-signal"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--iters", str(10**9), "--warmup", str(warmup), "--wait-signal",
+                             "--pause"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        assert loop.stdout.readline().startswith("ready")
+        read_until(loop.stdout, "ready")
         wait(lambda: pid_value(port, "ncclprobe_target_info", loop.pid) is not None, 30,
              "the loop traced")
+        os.kill(loop.pid, signal.SIGUSR1)  # the warm-up
+        read_until(loop.stdout, "warm")
+        c0 = counted_at_least(port, loop.pid, warmup, 20)
+        d0 = pid_value(port, "ncclprobe_target_dropped_total", loop.pid, 'reason="ring_buffer"')
         scraper = Scraper(port) if scrape else None
         cpu0, t0 = bench.cpu_ns(daemon_pid), time.monotonic()
         if scraper:
             scraper.start()
-        os.kill(loop.pid, 10)  # SIGUSR1: go
-        out, _ = loop.communicate(timeout=args.seconds + 120)
+        os.kill(loop.pid, signal.SIGUSR1)  # the timed launches
+        m = re.search(r"launches=(\d+)", read_until(loop.stdout, "launches="))
         wall = time.monotonic() - t0
         cpu = bench.cpu_ns(daemon_pid) - cpu0
         if scraper:
             scraper.stop.set()
             scraper.join()
-        m = re.search(r"launches=(\d+)", out)
         made = int(m.group(1)) if m else 0
-        counted = wait(lambda: pid_value(port, "ncclprobe_launches_total", loop.pid), 10,
-                       "the loop's launches in /metrics")
-        drops = pid_value(port, "ncclprobe_target_dropped_total", loop.pid, 'reason="ring_buffer"')
+        counted = counted_at_least(port, loop.pid, c0 + made, 30) - c0
+        d1 = pid_value(port, "ncclprobe_target_dropped_total", loop.pid, 'reason="ring_buffer"')
+        os.kill(loop.pid, signal.SIGUSR1)  # exit
+        loop.wait(timeout=30)
         return {"cpu_pct": 100 * cpu / 1e9 / wall, "cpu_ns": cpu, "made": made,
-                "counted": counted, "drops": drops or 0,
+                "counted": counted, "drops": (d1 or 0) - (d0 or 0),
                 "requests": scraper.requests if scraper else 0}
     finally:
         if loop.poll() is None:
