@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from lib.daemon import Daemon, set_folded
-from lib.paths import CUPTI_LIB, PROGS, PROGS_ENV, REPO
+from lib.paths import CUPTI_LIB, NCCLPROBE, PROGS, PROGS_ENV, REPO
 from lib.processes import wait_for
 from lib.run import go_pprof
 from lib.skip import needs_bpf, needs_real_cudart
@@ -554,3 +554,15 @@ def test_hostile_clients_do_not_stall_tracing(tmp_path):
         w.kill()
         d.kill()
     d.assert_clean()
+
+
+def test_http_listen_option_overrides_the_configuration(tmp_path):
+    """--http-listen replaces http_listen: a non-loopback address given there is refused too."""
+    d = Daemon(tmp_path / "d", wait=False, include_comm="nphttp*",
+               http_listen=f"127.0.0.1:{free_port()}")
+    d.kill()
+    proc = subprocess.run([str(NCCLPROBE), "daemon", "--config", str(d.conf_path),
+                           "--http-listen", "10.0.0.1:9464"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1
+    assert "http_listen 10.0.0.1:9464: not a loopback address" in proc.stderr, proc.stderr
