@@ -31,7 +31,7 @@ endif
 WARN     := -Wall -Wextra -Werror
 CFLAGS   ?= -O2 -g
 CPPFLAGS := -Iinclude -Isrc -I$(BUILD) -I$(BUILD)/gen
-LIBS     := -lbpf -ldw -lelf -lz -lcjson -lprotobuf-c -lstdc++ -lpthread
+LIBS     := -lbpf -ldw -lelf -lz -lcjson -lprotobuf-c -lmicrohttpd -lstdc++ -lpthread
 
 BPF_SRC  := bpf/ncclprobe.bpf.c
 # src/cupti/ is the injection library that runs inside the target, not part of the daemon;
@@ -196,8 +196,12 @@ $(BUILD)/recording_unit: tests/unit/recording_unit.c tests/unit/check.h $(UNIT_S
 $(BUILD)/gpu_socket_unit: tests/unit/gpu_socket_unit.c tests/unit/check.h $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
 	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $(filter-out %.h,$^) $(LIBS)
 
+# The HTTP endpoints' exposition, arguments, addresses, token checks, feed, live profiles.
+$(BUILD)/http_unit: tests/unit/http_unit.c tests/unit/check.h $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
+	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $(filter-out %.h,$^) $(LIBS)
+
 test-unit: $(BUILD)/unit_tests $(BUILD)/merge_unit $(BUILD)/config_unit $(BUILD)/ctl_unit \
-		$(BUILD)/fault_unit $(BUILD)/recording_unit $(BUILD)/gpu_socket_unit
+		$(BUILD)/fault_unit $(BUILD)/recording_unit $(BUILD)/gpu_socket_unit $(BUILD)/http_unit
 	$(BUILD)/unit_tests
 	$(BUILD)/merge_unit
 	$(BUILD)/config_unit
@@ -205,6 +209,7 @@ test-unit: $(BUILD)/unit_tests $(BUILD)/merge_unit $(BUILD)/config_unit $(BUILD)
 	$(BUILD)/fault_unit
 	$(BUILD)/recording_unit
 	$(BUILD)/gpu_socket_unit
+	$(BUILD)/http_unit
 
 E2E_DEPS := $(BUILD)/ncclprobe $(CUPTI_LIB) $(BUILD)/progs/.built $(BUILD)/demo/.built \
 	$(BUILD)/pyline_check $(BUILD)/inject_check

@@ -5,7 +5,7 @@ The folders follow the data flow, and each sits on a level:
 
     lib < wire formats (include/ncclprobe, the BPF skeletons) < attach
         < unwind, symbolize < ingest < correlate < writers, recording, report, merge
-        < session < cli, daemon
+        < session < http < cli, daemon
 
 plus the in-process CUPTI library (src/cupti), which may use only the wire formats.
 A folder may use its own level and the levels below it, never one above. Checked two
@@ -38,6 +38,7 @@ LEVELS = {
     "correlate": 5,
     "recording": 6, "writers": 6, "report": 6, "merge": 6, "gen": 6,  # gen: profile.pb-c
     "session": 7,
+    "http": 7.5,  # the daemon's HTTP endpoints: the daemon starts them, feeds them
     "cli": 8, "daemon": 8,
 }
 # What the in-process library may use: it runs inside the target, apart from the rest.

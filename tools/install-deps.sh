@@ -16,6 +16,8 @@ packages=(
     bpftrace linux-perf                          # benchmark peers
     debhelper dpkg-dev                           # make deb (packaging/)
     protobuf-c-compiler libprotobuf-c-dev        # profile.pb.gz (pprof's profile.proto)
+    libmicrohttpd-dev                            # the daemon's HTTP endpoints
+    prometheus                                   # tests: a real Prometheus scrapes them
     golang-go chromium                           # tests: go tool pprof reads it; the SVG renders
     systemd man-db groff-base                    # packaging tests: systemd-analyze, man
 )

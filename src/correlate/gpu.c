@@ -136,7 +136,7 @@ int np_gpu_join_launch(struct np_gpu_join *j, uint32_t pid, uint32_t tid,
     if (!l)
         return -ENOMEM;
     l->pid = pid, l->tid = tid, l->stack_id = held->stack_id, l->tag = held->tag;
-    l->owner = held->owner, l->handle = held->handle;
+    l->owner = held->owner, l->handle = held->handle, l->cookie = held->cookie;
     l->accepts_runtime = runtime_api;
     l->added_ns = now;
     l->json = strdup(held->json);

@@ -43,6 +43,7 @@ struct np_gpu_held {
      * and frees it with free_extra (a graph launch's struct np_graph_replay) */
     void *extra;
     void (*free_extra)(void *extra);
+    uint64_t cookie; /* the caller's, handed back (the daemon's live profile key) */
 };
 /* Stands for the kernel's name in a held launch's JSON: a control byte, which JSON text escapes,
  * so it is never part of what was rendered around it. */
@@ -57,6 +58,7 @@ struct np_gpu_launch {
     void *owner;
     void *extra; /* as in struct np_gpu_held */
     void (*free_extra)(void *extra);
+    uint64_t cookie; /* as in struct np_gpu_held */
     uint32_t ids[NP_GPU_MAX_IDS];
     uint32_t nids;
     uint8_t domains_seen; /* CUPTI callback domains that named an id (bit = domain) */

@@ -37,16 +37,20 @@
 /* ---- the command line and the configuration -------------------------------- */
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: ncclprobe daemon [--config FILE] [--output-dir DIR] [-v]\n"
-               "Traces every process that maps a CUDA or NCCL library, system-wide.\n"
-               "  --config FILE      configuration (default " NP_CONFIG_DEFAULT_PATH "; a missing\n"
-               "                     default file means the built-in defaults)\n"
-               "  --output-dir DIR   where output sets go (overrides output_dir)\n"
-               "  -v, --verbose      debug messages\n"
-               "Signals: SIGHUP reloads the configuration, SIGTERM/SIGINT write and exit.\n"
-               "Control: ncclprobe ctl start|stop|status|snapshot. See man ncclprobe.\n"
-               "\n"
-               "The configuration's keys:\n");
+    fprintf(f,
+            "usage: ncclprobe daemon [--config FILE] [--output-dir DIR] [--http-listen ADDR:PORT]"
+            " [-v]\n"
+            "Traces every process that maps a CUDA or NCCL library, system-wide.\n"
+            "  --config FILE      configuration (default " NP_CONFIG_DEFAULT_PATH "; a missing\n"
+            "                     default file means the built-in defaults)\n"
+            "  --output-dir DIR   where output sets go (overrides output_dir)\n"
+            "  --http-listen ADDR:PORT  serve /metrics, /pprof/... and /healthz there\n"
+            "                     (overrides http_listen; docs/daemon.md, \"HTTP\")\n"
+            "  -v, --verbose      debug messages\n"
+            "Signals: SIGHUP reloads the configuration, SIGTERM/SIGINT write and exit.\n"
+            "Control: ncclprobe ctl start|stop|status|snapshot. See man ncclprobe.\n"
+            "\n"
+            "The configuration's keys:\n");
     np_settings_usage(NP_SIDE_CONFIG, f);
 }
 
@@ -64,6 +68,7 @@ static int check_output_dir_arg(const char *dir) {
 static int parse_args(int argc, char **argv, struct daemon *d) {
     static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
                                          {"output-dir", required_argument, NULL, 'o'},
+                                         {"http-listen", required_argument, NULL, 'l'},
                                          {"verbose", no_argument, NULL, 'v'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
@@ -77,6 +82,8 @@ static int parse_args(int argc, char **argv, struct daemon *d) {
         } else if (c == 'o') {
             d->output_dir_arg = optarg;
             rc = check_output_dir_arg(optarg);
+        } else if (c == 'l') {
+            d->http_listen_arg = optarg;
         } else if (c == 'v') {
             d->verbose = true;
         } else if (c == 'h') {
@@ -113,6 +120,9 @@ static int load_config(struct daemon *d, struct np_daemon_config *cfg, bool at_s
     if (!rc && d->output_dir_arg)
         rc = np_setting_set(np_setting_by_key("output_dir", strlen("output_dir")), NP_SIDE_CONFIG,
                             d->output_dir_arg, cfg, err, sizeof(err));
+    if (!rc && d->http_listen_arg)
+        rc = np_setting_set(np_setting_by_key("http_listen", strlen("http_listen")), NP_SIDE_CONFIG,
+                            d->http_listen_arg, cfg, err, sizeof(err));
     return rc;
 }
 
@@ -219,7 +229,9 @@ static int setup(struct daemon *d) {
         snprintf(d->host, sizeof(d->host), "localhost");
     umask(077); /* sets, their files and the control socket: root's only */
     raise_fd_limit();
-    int err = np_preflight();
+    int err = metrics_check(d);
+    if (!err)
+        err = np_preflight();
     if (!err)
         err = setup_session(d);
     if (!err)
@@ -236,6 +248,10 @@ static int setup(struct daemon *d) {
     err = np_caps_drop_to(np_caps_needed());
     if (err)
         np_warn("cannot drop capabilities: %s (running with all of them)", strerror(-err));
+    /* after the drop: capabilities are per thread, and its threads inherit ours */
+    err = metrics_start(d);
+    if (err)
+        return err;
     d->start_mono = np_monotonic_ns();
     budget_start(d);
     windows_start(d);
@@ -260,11 +276,13 @@ static void every_second(struct daemon *d, uint64_t now) {
     budget_check_caches(d);
     status_update_rates(d);
     sets_flush(d, NULL);
+    metrics_every_second(d);
 }
 
 static void tick(struct daemon *d) {
     uint64_t now = np_monotonic_ns();
     windows_tick(d, now);
+    metrics_tick(d, now);
     np_session_gpu_tick(&d->s, !d->s.backlog);
     procs_reap_exited(d, !d->s.backlog);
     sets_finish_closing(d, false);
@@ -328,6 +346,7 @@ static void shut_down(struct daemon *d) {
 }
 
 static void daemon_free(struct daemon *d) {
+    metrics_free(d);
     np_ctl_server_close(d->ctl);
     np_discover_close(d->disc);
     np_session_free(&d->s);

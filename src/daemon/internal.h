@@ -12,6 +12,8 @@
  *   converters.c  derived outputs of written sets, by `ncclprobe convert`
  *   budget.c      the CPU budget (BPF's rate limit), the probes' drop
  *                 counters, the cache cap
+ *   metrics.c     what the HTTP endpoints serve (http/): per-process
+ *                 counters, the live profile's buckets, /metrics
  *
  * plus, below them all: config.c (the file), ctl.c (the control socket),
  * discover.c (BPF process discovery), outset.c (one set on disk), proc.c
@@ -51,9 +53,10 @@ struct daemon {
     struct np_session s; /* its sink's callbacks get &d->s (sets.c: daemon_of) */
     struct np_daemon_config cfg;
     const char *config_path;
-    bool config_given;          /* --config: a missing file is an error */
-    const char *output_dir_arg; /* --output-dir overrides the configuration */
-    bool verbose;               /* -v: debug messages whatever log_level says */
+    bool config_given;           /* --config: a missing file is an error */
+    const char *output_dir_arg;  /* --output-dir overrides the configuration */
+    const char *http_listen_arg; /* --http-listen overrides the configuration */
+    bool verbose;                /* -v: debug messages whatever log_level says */
     char host[256];
     struct np_discover *disc;
     struct np_ctl_server *ctl;
@@ -99,6 +102,9 @@ struct daemon {
     int over_seconds; /* seconds in a row over the budget */
     int calm_seconds; /* seconds the unlimited load would have fit the budget */
     uint64_t cache_resets;
+
+    /* metrics.c: NULL when http_listen is empty */
+    struct daemon_metrics *metrics;
 
     /* status.c */
     uint64_t launches_prev_total, records_prev_total;
@@ -179,5 +185,26 @@ void budget_proc_counters(const struct daemon *d, pid_t pid, uint64_t *drops, ui
 /* Bytes of the caches that grow with distinct stacks; over cache_size: cleared. */
 uint64_t budget_cache_bytes(const struct daemon *d);
 void budget_check_caches(struct daemon *d);
+
+/* ---- metrics.c ---- */
+/* http_listen's address and token file, checked before anything is loaded:
+ * 0 or -errno (said). */
+int metrics_check(struct daemon *d);
+/* With http_listen: the feed and the HTTP server; 0 or -errno (said). */
+int metrics_start(struct daemon *d);
+/* The session's sink hooks: a launch (returns a cookie when it is held), a held one
+ * written with its GPU time. */
+uint64_t metrics_launched(struct np_session *s, struct np_target *t, const struct np_launch *l,
+                          const struct np_stack_texts *stack, const char *kernel, bool held);
+void metrics_gpu_retired(struct np_session *s, uint32_t pid, uint64_t cookie, const char *kernel,
+                         uint64_t gpu_ns);
+/* Every loop: seconds whose launches are all read go to the HTTP side. */
+void metrics_tick(struct daemon *d, uint64_t now);
+/* Once a second: /metrics rendered. */
+void metrics_every_second(struct daemon *d);
+/* The process was reaped: its series go. */
+void metrics_forget(struct daemon *d, pid_t pid);
+/* Stops the HTTP server (its threads) and frees everything. */
+void metrics_free(struct daemon *d);
 
 #endif

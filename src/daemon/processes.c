@@ -130,6 +130,7 @@ void procs_reap_exited(struct daemon *d, bool ring_read) {
     for (size_t i = 0; i < n; i++) {
         struct dproc *p = np_map_del_u64(&d->procs, (uint64_t)gone[i]);
         bool reconsider = p->reconsider;
+        metrics_forget(d, gone[i]);
         sets_close(d, p);
         struct np_target *t = np_session_find_target(&d->s, gone[i]);
         if (t)

@@ -187,4 +187,6 @@ const struct np_sink_ops sets_sink_ops = {
     .output_for = output_for,
     .held = on_held,
     .retired = on_retired,
+    .launched = metrics_launched,
+    .gpu_retired = metrics_gpu_retired,
 };

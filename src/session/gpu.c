@@ -68,6 +68,15 @@ static void tie_replay(struct np_session *s, const struct np_gpu_launch *l,
     replay->stack = r->stack;
 }
 
+/* The GPU time of a launch's records. */
+static uint64_t launch_gpu_ns(const struct np_gpu_launch *l) {
+    uint64_t ns = 0;
+    for (uint32_t i = 0; i < l->nrecords; i++)
+        if (l->records[i]->end_ns > l->records[i]->start_ns)
+            ns += l->records[i]->end_ns - l->records[i]->start_ns;
+    return ns;
+}
+
 static void gpu_retire(void *ctx, const struct np_gpu_launch *l, enum np_gpu_status status) {
     struct np_session *s = ctx;
     struct np_output *out = l->owner ? l->owner : s->out;
@@ -81,6 +90,9 @@ static void gpu_retire(void *ctx, const struct np_gpu_launch *l, enum np_gpu_sta
     free(replay.by);
     if (s->sink && s->sink->retired)
         s->sink->retired(s, l->owner);
+    if (s->sink && s->sink->gpu_retired && l->cookie)
+        s->sink->gpu_retired(s, l->pid, l->cookie, retire_name(s, l, buf, sizeof(buf)),
+                             launch_gpu_ns(l));
     if (!l->tag || !l->nrecords)
         return;
     struct np_nccl_comm_stats *c = np_nccl_comms_get(&s->nccl_comms, l->pid, l->tag, NULL);

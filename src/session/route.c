@@ -54,7 +54,7 @@ static bool gpu_records_come(const struct np_session *s, const struct np_target 
  * join for them (and is written when they are in); any other is written now. */
 static void write_launch(struct np_session *s, struct np_target *t, struct np_output *out,
                          const struct np_launch *l, const struct np_stack_texts *stack,
-                         const char *kernel, struct np_graph_replay *replay) {
+                         const char *kernel, struct np_graph_replay *replay, uint64_t cookie) {
     bool hold = gpu_records_come(s, t) && !l->nested;
     uint64_t sid = np_output_launch(out, l, stack, kernel, hold ? &s->held : NULL);
     if (!hold) {
@@ -78,6 +78,7 @@ static void write_launch(struct np_session *s, struct np_target *t, struct np_ou
         /* a graph launch: its records are tied to their capture at retirement */
         .extra = replay,
         .free_extra = replay ? np_graph_replay_free : NULL,
+        .cookie = cookie,
     };
     int err =
         np_gpu_join_launch(s->gpu_join, e->hdr.pid, e->hdr.tid, &held, runtime_api, e->hdr.ts_ns);
@@ -90,6 +91,8 @@ static void write_launch(struct np_session *s, struct np_target *t, struct np_ou
                                     .ext = (char *)held.ext,
                                     .cpu_kernel = (char *)kernel};
         np_output_gpu_launch(out, &now, NP_GPU_PENDING, kernel, NULL);
+        if (s->sink && s->sink->gpu_retired && cookie)
+            s->sink->gpu_retired(s, e->hdr.pid, cookie, kernel, 0);
     }
 }
 
@@ -106,12 +109,12 @@ static uint64_t capture_of(struct np_target *t, const struct np_launch *l) {
  * gpu.c) - unless its capture was not seen. */
 static void write_graph_launch(struct np_session *s, struct np_target *t, struct np_output *out,
                                const struct np_launch *l, const struct np_stack_texts *stack,
-                               const char *kernel) {
+                               const char *kernel, uint64_t cookie) {
     const char *why = NULL;
     struct np_graph_nodes *nodes = np_graphs_replay(&t->graphs, l->func, &why);
     if (gpu_records_come(s, t)) {
         /* without memory for it, the records stay under the replay's stack */
-        write_launch(s, t, out, l, stack, kernel, np_graph_replay_new(nodes, stack));
+        write_launch(s, t, out, l, stack, kernel, np_graph_replay_new(nodes, stack), cookie);
     } else if (nodes) {
         t->graphs.stats.replayed_kernels += nodes->n;
         np_output_graph_replay(out, l, stack, kernel, nodes);
@@ -158,14 +161,18 @@ static void on_launch(struct np_ingest *in, struct np_ingest_proc *p, const stru
             np_output_captured(out, l, stack, kernel);
         return;
     }
-    if (l->nested)
+    uint64_t cookie = 0;
+    if (l->nested) {
         t->nested++;
-    else
+    } else {
         t->launches++;
+        if (s->sink && s->sink->launched)
+            cookie = s->sink->launched(s, t, l, stack, kernel, gpu_records_come(s, t));
+    }
     if (np_probe_is_graph(l->def) && !l->nested)
-        write_graph_launch(s, t, out, l, stack, kernel);
+        write_graph_launch(s, t, out, l, stack, kernel, cookie);
     else
-        write_launch(s, t, out, l, stack, kernel, NULL);
+        write_launch(s, t, out, l, stack, kernel, NULL, cookie);
 }
 
 static void on_handle(struct np_ingest *in, struct np_ingest_proc *p,

@@ -48,6 +48,16 @@ struct np_sink_ops {
     void (*held)(struct np_session *s, struct np_output *out);
     /* ... and has been written (its records came, or stopped coming). */
     void (*retired)(struct np_session *s, struct np_output *out);
+    /* Optional, the daemon's live metrics and profiles: every outermost launch
+     * counted in its target's launches (recorded or not), with its stack and
+     * the kernel name known at the launch. held: it waits in the GPU join,
+     * and gpu_retired comes for it, with the cookie this returns ... */
+    uint64_t (*launched)(struct np_session *s, struct np_target *t, const struct np_launch *l,
+                         const struct np_stack_texts *stack, const char *kernel, bool held);
+    /* ... once it is written: under the kernel name settled on then, with the
+     * GPU time of its records (0: none came). */
+    void (*gpu_retired)(struct np_session *s, uint32_t pid, uint64_t cookie, const char *kernel,
+                        uint64_t gpu_ns);
 };
 
 struct np_session {

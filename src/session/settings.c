@@ -217,6 +217,21 @@ const struct np_setting np_settings_table[] = {
      REC(UNSIGNED, formats), CONF(UNSIGNED, formats)},
     {.key = "log_level", .type = NP_V_ENUM, .names = log_names, .def = "info",
      .allowed = "error, warn, info or debug", .help = "what the daemon logs", CONF(INT, log_level)},
+    /* the HTTP endpoints (docs/daemon.md, "HTTP") */
+    {.key = "http_listen", .type = NP_V_TEXT, .restart = true,
+     .allowed = "ADDR:PORT with a numeric address, e.g. 127.0.0.1:9464, or empty",
+     .help = "serve /metrics, /pprof/launches, /pprof/gpu_time and\n"
+             "/healthz here (empty: no HTTP server)",
+     CONF(STR, http_listen)},
+    {.key = "http_allow_remote", .type = NP_V_BOOL, .restart = true, .def = "no", .allowed = BOOLS,
+     .help = "let http_listen be a non-loopback address (stacks\n"
+             "reveal code paths: use a token and a firewall)",
+     CONF(BOOL, http_allow_remote)},
+    {.key = "http_token_file", .type = NP_V_PATH, .empty_ok = true, .restart = true,
+     .allowed = "an absolute path, or empty for none",
+     .help = "a file (mode 0600 or 0400, root's) holding the bearer\n"
+             "token every HTTP request must send",
+     CONF(STR, http_token_file)},
     {.flag = "verbose", .short_flag = 'v', .flag_value = "yes", .type = NP_V_BOOL,
      .help = "more diagnostics", REC(BOOL, verbose)},
 };

@@ -91,6 +91,8 @@ struct np_daemon_config {
     enum np_python_mode python;
     enum np_log_level log_level;
     unsigned formats; /* enum np_format bits: outputs made from each finished set */
+    char *http_listen, *http_token_file; /* NULL or "": none */
+    bool http_allow_remote;
 };
 
 /* ---- the table ---------------------------------------------------------- */

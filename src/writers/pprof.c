@@ -37,13 +37,14 @@ typedef Perftools__Profiles__Sample pp_sample;
 typedef Perftools__Profiles__Label pp_label;
 typedef Perftools__Profiles__ValueType pp_value_type;
 
-#define MAX_LABELS 7
+#define MAX_LABELS 8
 
 /* A sample's labels: numbers < 0 and string ids 0 are absent. capture_by:
  * how a replayed GPU record was tied to the launch that captured it. */
 struct labels {
     int64_t pid, tid;
     int64_t comm, kernel, nccl_op, comm_hash, capture_by;
+    int64_t container; /* live profiles (np_pprof_encode_samples) */
 };
 
 struct sample {
@@ -87,6 +88,7 @@ struct builder {
     struct stack no_launch_stack;
     struct labels set_labels; /* folded input: the set's process */
     bool have_gpu;
+    bool gpu_default;           /* gpu_time is the default sample type (live gpu_time profiles) */
     uint64_t first_ts, last_ts; /* data times (CLOCK_MONOTONIC) */
     int64_t start_unix_ns, meta_duration_ns;
     const char *source;
@@ -340,8 +342,9 @@ static void sample_key(struct builder *b, int64_t leaf, const struct stack *s,
         np_str_appendf(&b->key, ",%" PRIu64, s->locs[i]);
     np_str_appendf(&b->key,
                    "|%" PRId64 "|%" PRId64 "|%" PRId64 "|%" PRId64 "|%" PRId64 "|%" PRId64
-                   "|%" PRId64,
-                   l->pid, l->tid, l->comm, l->kernel, l->nccl_op, l->comm_hash, l->capture_by);
+                   "|%" PRId64 "|%" PRId64,
+                   l->pid, l->tid, l->comm, l->kernel, l->nccl_op, l->comm_hash, l->capture_by,
+                   l->container);
 }
 
 /* Adds values to the sample of (leaf location or 0, stack, labels). */
@@ -560,27 +563,33 @@ static int read_unmatched(struct builder *b) {
 
 /* ---- folded input (daemon aggregate sets, merge) ---------------------------------- */
 
-/* One "frame;frame;...;leaf" stack with its weight (the stack cut up in place). */
-static int folded_sample(struct builder *b, const struct np_folded_line *line, bool gpu_ns) {
+/* One "frame;frame;...;leaf" stack (cut up in place) with its values and labels. */
+static int stack_sample(struct builder *b, char *stack, const struct labels *l, int64_t count,
+                        int64_t gpu_ns) {
     size_t n = 1;
-    for (const char *p = line->stack; *p; p++)
+    for (const char *p = stack; *p; p++)
         n += *p == NP_FRAME_SEPARATOR;
     const char **frames = calloc(n, sizeof(*frames));
     if (!frames)
         return -ENOMEM;
     static const char separator[] = {NP_FRAME_SEPARATOR, '\0'};
     n = 0;
-    for (char *p = line->stack, *f; (f = strsep(&p, separator));)
+    for (char *p = stack, *f; (f = strsep(&p, separator));)
         frames[n++] = f;
     struct stack s = {0};
-    int64_t value = (int64_t)line->weight;
     int err = resolve_frames(b, frames, NULL, n, &s);
     if (!err)
-        err = add_sample(b, 0, &s, &b->set_labels, gpu_ns ? 0 : value, gpu_ns ? value : 0);
-    b->have_gpu |= gpu_ns && value;
+        err = add_sample(b, 0, &s, l, count, gpu_ns);
+    b->have_gpu |= gpu_ns != 0;
     free(s.locs);
     free(frames);
     return err;
+}
+
+/* One folded line with its weight: a count, or GPU nanoseconds. */
+static int folded_sample(struct builder *b, const struct np_folded_line *line, bool gpu_ns) {
+    int64_t value = (int64_t)line->weight;
+    return stack_sample(b, line->stack, &b->set_labels, gpu_ns ? 0 : value, gpu_ns ? value : 0);
 }
 
 static int read_folded_file(struct builder *b, const char *path, bool gpu_ns) {
@@ -723,7 +732,7 @@ static void gz_append(ProtobufCBuffer *buffer, size_t len, const uint8_t *data) 
 /* The label keys and sample types, interned before the table is copied. */
 struct names {
     int64_t launches, count, gpu_time, nanoseconds, comment;
-    int64_t pid, tid, comm, kernel, nccl_op, comm_hash, capture_by;
+    int64_t pid, tid, comm, kernel, nccl_op, comm_hash, capture_by, container;
 };
 
 static int intern_names(struct builder *b, struct names *n) {
@@ -734,6 +743,7 @@ static int intern_names(struct builder *b, struct names *n) {
         str_id(b, "nanoseconds"), str_id(b, comment),     str_id(b, "pid"),
         str_id(b, "tid"),         str_id(b, "comm"),      str_id(b, "kernel"),
         str_id(b, "nccl_op"),     str_id(b, "comm_hash"), str_id(b, NP_KEY_CAPTURE_BY),
+        str_id(b, "container"),
     };
     const int64_t *all = (const int64_t *)n;
     for (size_t i = 0; i < sizeof(*n) / sizeof(*all); i++)
@@ -752,7 +762,8 @@ static size_t fill_labels(const struct names *k, const struct labels *l, pp_labe
                          {k->kernel, l->kernel, -1},
                          {k->nccl_op, l->nccl_op, -1},
                          {k->comm_hash, l->comm_hash, -1},
-                         {k->capture_by, l->capture_by, -1}};
+                         {k->capture_by, l->capture_by, -1},
+                         {k->container, l->container, -1}};
     for (size_t i = 0; i < MAX_LABELS; i++) {
         if (!all[i].str && all[i].num < 0)
             continue;
@@ -895,7 +906,7 @@ static void fill_profile(const struct builder *b, struct names *k, const struct 
     p->period = 1;
     p->comment = &k->comment;
     p->n_comment = 1;
-    p->default_sample_type = k->launches;
+    p->default_sample_type = b->gpu_default ? k->gpu_time : k->launches;
 }
 
 static int encode(FILE *f, void *ctx) {
@@ -1011,4 +1022,96 @@ int np_write_pprof_folded(const char *counts, const char *gpu_ns, const char *ou
     if (!err && gpu_ns)
         err = read_folded_file(&b, gpu_ns, true);
     return finish(&b, err, out);
+}
+
+/* ---- live profiles (the daemon's /pprof endpoints) ------------------------------ */
+
+/* The packed profile gzipped into memory (pprof reads gzip, not zlib). */
+static int gzip_mem(const uint8_t *in, size_t len, uint8_t **out, size_t *out_len) {
+    z_stream z = {0};
+    if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+        return -ENOMEM;
+    size_t cap = deflateBound(&z, (uLong)len) + 32;
+    uint8_t *buf = malloc(cap);
+    int err = buf ? 0 : -ENOMEM;
+    if (!err) {
+        z.next_in = (Bytef *)in;
+        z.avail_in = (uInt)len;
+        z.next_out = buf;
+        z.avail_out = (uInt)cap;
+        err = deflate(&z, Z_FINISH) == Z_STREAM_END ? 0 : -EIO;
+    }
+    deflateEnd(&z);
+    if (err) {
+        free(buf);
+        return err;
+    }
+    *out = buf;
+    *out_len = z.total_out;
+    return 0;
+}
+
+static int encode_mem(struct builder *b, uint8_t **out, size_t *out_len) {
+    struct names k;
+    int err = intern_names(b, &k);
+    if (err)
+        return err;
+    size_t nvalues = b->have_gpu ? 2 : 1;
+    struct encoding e = {0};
+    uint8_t *packed = NULL;
+    err = alloc_encoding(b, &e, nvalues);
+    if (!err) {
+        fill_tables(b, &e);
+        fill_samples(b, &k, &e, nvalues);
+        struct value_types v;
+        fill_value_types(&v, &k);
+        Perftools__Profiles__Profile p = PERFTOOLS__PROFILES__PROFILE__INIT;
+        fill_profile(b, &k, &e, &v, nvalues, &p);
+        size_t size = protobuf_c_message_get_packed_size(&p.base);
+        packed = malloc(size ? size : 1);
+        err = packed ? 0 : -ENOMEM;
+        if (!err)
+            err = gzip_mem(packed, protobuf_c_message_pack(&p.base, packed), out, out_len);
+    }
+    free(packed);
+    encoding_free(&e);
+    return err;
+}
+
+static int live_sample(struct builder *b, const struct np_pprof_sample *x) {
+    struct labels l = {.pid = x->pid, .tid = -1};
+    l.comm = x->comm && *x->comm ? str_id(b, x->comm) : 0;
+    l.container = x->container && *x->container ? str_id(b, x->container) : 0;
+    if (l.comm < 0 || l.container < 0)
+        return -ENOMEM;
+    char *stack = strdup(x->stack);
+    int err = stack ? stack_sample(b, stack, &l, x->count, x->gpu_ns) : -ENOMEM;
+    free(stack);
+    return err;
+}
+
+int np_pprof_encode_samples(const struct np_pprof_sample *samples, size_t n, int64_t time_ns,
+                            int64_t duration_ns, bool gpu, uint8_t **out, size_t *out_len) {
+    struct builder b;
+    memset(&b, 0, sizeof(b));
+    b.dir = "live";
+    b.source = "the daemon's live profile";
+    np_strtab_init(&b.strings);
+    np_map_init(&b.fn_index);
+    np_map_init(&b.map_index);
+    np_map_init(&b.loc_index);
+    np_map_init(&b.sample_index);
+    np_str_init(&b.key);
+    np_str_init(&b.text);
+    b.start_unix_ns = time_ns;
+    b.meta_duration_ns = duration_ns;
+    b.have_gpu = b.gpu_default = gpu;
+    uint32_t empty;
+    int err = np_strtab_intern(&b.strings, "", &empty); /* string_table[0] */
+    for (size_t i = 0; i < n && !err; i++)
+        err = live_sample(&b, &samples[i]);
+    if (!err)
+        err = encode_mem(&b, out, out_len);
+    builder_free(&b);
+    return err;
 }

@@ -35,6 +35,10 @@
 #ifndef NP_WRITERS_PPROF_H
 #define NP_WRITERS_PPROF_H
 
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
 /* Writes DIR/profile.pb.gz (through a temporary file, renamed): 0, or -errno
  * (said). Malformed input lines are skipped (the first few said,
  * src/recording/) and counted in a warning. */
@@ -42,5 +46,21 @@ int np_write_pprof(const char *dir);
 /* The same from folded files alone (`ncclprobe merge`): counts weighted
  * by launches, gpu_ns (may be NULL) by GPU nanoseconds; written to out. */
 int np_write_pprof_folded(const char *counts, const char *gpu_ns, const char *out);
+
+/* One sample of a live profile (the daemon's /pprof endpoints, docs/daemon.md):
+ * a folded stack "frame;...;leaf" as merged.folded writes it (so frames and
+ * functions are those of the sets' profile.pb.gz), its process (labels pid,
+ * comm, container; "" or NULL: no label) and its values. */
+struct np_pprof_sample {
+    const char *stack;
+    int64_t pid;
+    const char *comm, *container;
+    int64_t count, gpu_ns;
+};
+/* The samples as a gzipped profile in memory (*out malloc'ed, *out_len bytes),
+ * time_ns (Unix) and duration_ns its span; with gpu, gpu_time/nanoseconds is
+ * a sample type and the default one. 0 or -errno (-ENOMEM). */
+int np_pprof_encode_samples(const struct np_pprof_sample *samples, size_t n, int64_t time_ns,
+                            int64_t duration_ns, bool gpu, uint8_t **out, size_t *out_len);
 
 #endif

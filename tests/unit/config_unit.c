@@ -107,9 +107,15 @@ static const char *const ALL_KEYS = "output_dir = /data/np\n"
                                     "python = raw\n"
                                     "python_depth = 16\n"
                                     "log_level = debug\n"
-                                    "formats = svg\n";
+                                    "formats = svg\n"
+                                    "http_listen = 127.0.0.1:9464\n"
+                                    "http_allow_remote = yes\n"
+                                    "http_token_file = /etc/np/token\n";
 
 static void check_all_keys(const struct np_daemon_config *c) {
+    CHECK(c->http_listen && strcmp(c->http_listen, "127.0.0.1:9464") == 0);
+    CHECK(c->http_allow_remote);
+    CHECK(c->http_token_file && strcmp(c->http_token_file, "/etc/np/token") == 0);
     CHECK(strcmp(c->output_dir, "/data/np") == 0);
     CHECK(strcmp(c->ctl_socket, "/tmp/np/ctl.sock") == 0);
     CHECK(strcmp(c->cupti_socket, "/tmp/np/cupti.sock") == 0);
@@ -738,7 +744,7 @@ static void test_load(void) {
             }
             np_str_append(&un, "\n");
         }
-        CHECK(keys == 31); /* every key */
+        CHECK(keys == 34); /* every key */
         rc = parse(np_str_cstr(&un), &d);
         CHECK(rc == 0);
         if (rc)
