@@ -43,6 +43,10 @@ struct np_elf_symbol_query {
     size_t len;
     uint64_t vaddr; /* out */
     int err;        /* out */
+    /* also match the compiler's clones of name ("name.isra.11", "name.constprop.0.isra.0";
+     * not the ".cold"/".part" pieces): GCC's -O3 turns static functions into IPA clones */
+    bool clones;
+    bool clone; /* out: what matched was a clone */
 };
 int np_elf_read_symbols(int fd, struct np_elf_symbol_query *q, size_t n);
 
