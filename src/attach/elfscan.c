@@ -283,6 +283,16 @@ static void read_symbols(Elf *elf, struct np_elf_symbol_query *q, size_t n, bool
     }
 }
 
+int np_elf_file_offset(int fd, uint64_t vaddr, uint64_t *offset) {
+    Elf *elf = NULL;
+    int err = begin_x86_64(fd, &elf);
+    if (err)
+        return err;
+    err = vaddr_to_offset(elf, vaddr, offset);
+    elf_end(elf);
+    return err;
+}
+
 int np_elf_read_symbols(int fd, struct np_elf_symbol_query *q, size_t n) {
     elf_version(EV_CURRENT);
     Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);

@@ -49,6 +49,9 @@ struct np_elf_symbol_query {
     bool clone; /* out: what matched was a clone */
 };
 int np_elf_read_symbols(int fd, struct np_elf_symbol_query *q, size_t n);
+/* The file offset of vaddr (a uprobe's), through the PT_LOAD that maps it:
+ * -ENOENT when none does, -ENOEXEC when fd is not an x86-64 ELF64 file. */
+int np_elf_file_offset(int fd, uint64_t vaddr, uint64_t *offset);
 
 /* The same restricted to what the dynamic loader sees: .dynsym only, and
  * only defined functions and objects (an IFUNC's value is its resolver, not

@@ -121,11 +121,12 @@ static int read_symbols(const char *path, struct np_flow_layout *out) {
     for (int i = 0; i < NP_FLOW_SYMS; i++)
         q[i] = (struct np_elf_symbol_query){.name = symbols[i], .clones = true};
     int err = np_elf_read_symbols(fd, q, NP_FLOW_SYMS);
+    for (int i = 0; i < NP_FLOW_SYMS && !err; i++)
+        if (q[i].err == 0 && np_elf_file_offset(fd, q[i].vaddr, &out->sym_offset[i]) == 0)
+            out->sym_vaddr[i] = q[i].vaddr;
     close(fd);
     if (err)
         return err;
-    for (int i = 0; i < NP_FLOW_SYMS; i++)
-        out->sym_vaddr[i] = q[i].err == 0 ? q[i].vaddr : 0;
     out->save_proxy_clone = q[NP_FLOW_SYM_SAVE_PROXY].err == 0 && q[NP_FLOW_SYM_SAVE_PROXY].clone;
     return 0;
 }

@@ -65,6 +65,7 @@ struct np_flow_layout {
     int status; /* 0: flows can be read; -ENODATA: no DWARF; -ENOENT: no .symtab symbol */
     struct np_field f[NPFF_COUNT];
     uint64_t sym_vaddr[NP_FLOW_SYMS];   /* 0: not found */
+    uint64_t sym_offset[NP_FLOW_SYMS];  /* their file offsets (uprobes) */
     bool save_proxy_clone;              /* SaveProxy is an IPA-SRA clone (2.28.9's signature) */
     char pattern[NP_FLOW_PATTERNS][24]; /* "RING_TWICE"; "" unknown */
     bool patterns_from_dwarf;

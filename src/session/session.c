@@ -116,6 +116,8 @@ int np_session_setup_bpf(struct np_session *s) {
     if (!s->rb)
         return -errno;
     np_attacher_init(&s->attacher, s->skel, multi);
+    if (s->opt.nccl_flows && (err = np_session_setup_flows(s)) < 0)
+        return err;
     return np_session_watch(s->epfd, ring_buffer__epoll_fd(s->rb), NP_TAG_RING);
 }
 
@@ -191,6 +193,7 @@ void np_session_free(struct np_session *s) {
         np_attacher_destroy(&s->attacher);
     ring_buffer__free(s->rb);
     s->rb = NULL;
+    np_session_flows_free(s);
     ncclprobe_bpf__destroy(s->skel);
     s->skel = NULL;
     np_gpu_server_close(s->gpu_server);
