@@ -27,6 +27,14 @@ struct {
     __type(value, struct np_flow_cfg);
 } flow_cfg SEC(".maps");
 
+/* Communicators whose topology was sent (their first posted op). */
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 4096);
+    __type(key, __u64);
+    __type(value, __u8);
+} topo_sent SEC(".maps");
+
 /* [0]: records sent, [1]: lost (ring buffer full) */
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -89,6 +97,53 @@ static __always_inline void send(struct np_flow_event *e) {
     count(0);
 }
 
+static __always_inline __s32 read_opt_s32(__u64 base, __u32 off) {
+    return off == NP_FLOW_NO_FIELD ? -1 : read_s32(base + off);
+}
+
+static __always_inline void copy_channel(const struct np_flow_cfg *cfg, __u64 ch, __s32 nranks,
+                                         struct np_flow_topo_channel *t) {
+    copy(t->span, NP_FLOW_CH_SPAN, cfg->ch_span_len, ch + cfg->ch_span_lo);
+    t->nvls_out = read_opt_s32(ch, cfg->ch_nvls_out);
+    t->chain_up = read_opt_s32(ch, cfg->ch_chain_up);
+    t->direct_out = read_opt_s32(ch, cfg->ch_direct_out);
+    __u64 user = read_ptr(ch + cfg->ch_user_ranks);
+    __u64 n = nranks > 0 ? (nranks < NP_FLOW_TOPO_RANKS ? nranks : NP_FLOW_TOPO_RANKS) : 0;
+    t->nuser = user ? copy(t->user_ranks, sizeof(t->user_ranks), n * 4, user) / 4 : 0;
+}
+
+/* The communicator's channels, once per communicator (its first posted op). */
+static __always_inline void send_topology(const struct np_flow_cfg *cfg, __u32 slot, __u64 comm) {
+    __u8 one = 1;
+    if (bpf_map_update_elem(&topo_sent, &comm, &one, BPF_NOEXIST) != 0)
+        return;
+    struct np_flow_topo_event *e = bpf_ringbuf_reserve(&flow_events, sizeof(*e), 0);
+    if (!e) {
+        count(1);
+        bpf_map_delete_elem(&topo_sent, &comm);
+        return;
+    }
+    __u64 pid_tgid = bpf_get_current_pid_tgid();
+    e->kind = NP_FLOW_EV_TOPO;
+    e->slot = slot;
+    e->pid = pid_tgid >> 32;
+    e->tid = (__u32)pid_tgid;
+    e->ts_ns = bpf_ktime_get_ns();
+    e->comm = comm;
+    e->pad = 0;
+    e->comm_len = copy(e->comm_bytes, NP_FLOW_COMM_BYTES, cfg->comm_len, comm + cfg->comm_lo);
+    e->nchannels = read_s32(comm + cfg->comm_nchannels);
+    e->nranks = read_s32(comm + cfg->comm_nranks);
+    for (int c = 0; c < NP_FLOW_MAX_CHANNELS; c++) {
+        if (c >= e->nchannels)
+            break;
+        copy_channel(cfg, comm + cfg->comm_channels + (__u64)c * cfg->ch_size, e->nranks,
+                     &e->ch[c]);
+    }
+    bpf_ringbuf_submit(e, 0);
+    count(0);
+}
+
 SEC("uprobe")
 int np_flow_save_op(struct pt_regs *ctx) {
     __u32 slot = (__u32)bpf_get_attach_cookie(ctx);
@@ -96,6 +151,7 @@ int np_flow_save_op(struct pt_regs *ctx) {
     /* justInquire != NULL: planning asks whether the op needs the proxy; nothing is posted */
     if (!cfg || PT_REGS_PARM3(ctx) != 0)
         return 0;
+    send_topology(cfg, slot, PT_REGS_PARM1(ctx));
     struct np_flow_event *e =
         start(cfg, NP_FLOW_EV_OP, slot, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx));
     if (e)

@@ -40,6 +40,40 @@ static int op_span(const struct np_flow_layout *l, uint32_t *lo, uint32_t *len) 
     return 0;
 }
 
+static uint32_t opt32(const struct np_flow_layout *l, enum np_flow_field f) {
+    return l->f[f].offset >= 0 && l->f[f].offset <= UINT32_MAX ? (uint32_t)l->f[f].offset
+                                                               : NP_FLOW_NO_FIELD;
+}
+
+/* The channel topology BPF copies at a communicator's first op: ring.prev .. tree.down as one
+ * span, the optional NVLS / CollNet peers, the ring's user ranks through their pointer. */
+static int topo_cfg(const struct np_nccl_layout *nccl, const struct np_flow_layout *l,
+                    struct np_flow_cfg *c) {
+    static const enum np_flow_field span[] = {NPFF_CH_RING_PREV, NPFF_CH_RING_NEXT, NPFF_CH_TREE_UP,
+                                              NPFF_CH_TREE_DOWN};
+    int64_t lo = -1, hi = -1;
+    for (size_t i = 0; i < sizeof(span) / sizeof(span[0]); i++) {
+        const struct np_field *f = &l->f[span[i]];
+        if (lo < 0 || f->offset < lo)
+            lo = f->offset;
+        if (f->offset + f->size > hi)
+            hi = f->offset + f->size;
+    }
+    if (lo < 0 || hi - lo > NP_FLOW_CH_SPAN || nccl->f[NPF_NRANKS].offset < 0)
+        return -E2BIG;
+    c->ch_span_lo = (uint32_t)lo;
+    c->ch_span_len = (uint32_t)(hi - lo);
+    c->comm_channels = off32(l, NPFF_COMM_CHANNELS);
+    c->comm_nchannels = off32(l, NPFF_COMM_NCHANNELS);
+    c->comm_nranks = (uint32_t)nccl->f[NPF_NRANKS].offset;
+    c->ch_size = l->f[NPFF_CH_SIZE].size;
+    c->ch_user_ranks = off32(l, NPFF_CH_RING_USER_RANKS);
+    c->ch_nvls_out = opt32(l, NPFF_CH_NVLS_OUT);
+    c->ch_chain_up = opt32(l, NPFF_CH_COLLNET_CHAIN_UP);
+    c->ch_direct_out = opt32(l, NPFF_CH_COLLNET_DIRECT_OUT);
+    return 0;
+}
+
 static int build_cfg(const struct np_nccl_layout *nccl, const struct np_flow_layout *l,
                      struct np_flow_cfg *c) {
     memset(c, 0, sizeof(*c));
@@ -57,7 +91,7 @@ static int build_cfg(const struct np_nccl_layout *nccl, const struct np_flow_lay
     c->peer_recv = off32(l, NPFF_PEER_RECV);
     c->conn_size = l->f[NPFF_CONN_SIZE].size;
     c->conn_progress = off32(l, NPFF_CONN_PROXY_PROGRESS);
-    return 0;
+    return topo_cfg(nccl, l, c);
 }
 
 static struct bpf_link *attach_one(struct bpf_program *prog, pid_t pid, const char *binary,

@@ -1,11 +1,10 @@
-/* nccl_flows.c - the --nccl-flows records decoded, and a communicator's
- * channel topology read from the target's memory (see nccl_flows.h). */
+/* nccl_flows.c - the --nccl-flows records decoded: ops, peers and a
+ * communicator's channel topology (see nccl_flows.h). */
 #define _GNU_SOURCE
 #include "ingest/nccl_flows.h"
 
 #include <errno.h>
 #include <string.h>
-#include <sys/uio.h>
 
 static const char *const protocols[] = {"LL", "LL128", "SIMPLE"};
 static const char *const algorithms[] = {
@@ -112,60 +111,66 @@ const char *np_flow_stage(const struct np_flow_rec *r, int64_t step) {
     return NULL;
 }
 
-/* ---- topology: process_vm_readv of the communicator's channels ---- */
+/* ---- topology: the channels BPF copied at a communicator's first op ---- */
 
-static int peek(pid_t pid, uint64_t addr, void *buf, size_t len) {
-    struct iovec local = {buf, len}, remote = {(void *)(uintptr_t)addr, len};
-    ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
-    return n == (ssize_t)len ? 0 : n < 0 ? -errno : -EIO;
+static int span_int(const struct np_flow_layout *l, enum np_flow_field f, const uint8_t *span,
+                    uint32_t lo, uint32_t len, int index) {
+    int64_t at = l->f[f].offset + 4 * index - (int64_t)lo;
+    int v = -1;
+    if (l->f[f].offset >= 0 && at >= 0 && at + 4 <= (int64_t)len)
+        memcpy(&v, span + at, sizeof(v));
+    return v;
 }
 
-static int peek_int(pid_t pid, uint64_t base, const struct np_field *f, int *out) {
-    *out = -1;
-    return f->offset < 0 ? -ENOENT : peek(pid, base + (uint64_t)f->offset, out, sizeof(*out));
+static void decode_channel(const struct np_flow_layout *l, const struct np_flow_topo_channel *c,
+                           int index, struct np_flow_channel_topo *t) {
+    uint32_t lo = (uint32_t)l->f[NPFF_CH_RING_PREV].offset, len = NP_FLOW_CH_SPAN;
+    enum np_flow_field span[] = {NPFF_CH_RING_NEXT, NPFF_CH_TREE_UP, NPFF_CH_TREE_DOWN};
+    for (size_t i = 0; i < sizeof(span) / sizeof(span[0]); i++)
+        if (l->f[span[i]].offset >= 0 && (uint32_t)l->f[span[i]].offset < lo)
+            lo = (uint32_t)l->f[span[i]].offset;
+    t->id = index;
+    t->ring_prev = span_int(l, NPFF_CH_RING_PREV, c->span, lo, len, 0);
+    t->ring_next = span_int(l, NPFF_CH_RING_NEXT, c->span, lo, len, 0);
+    t->tree_up = span_int(l, NPFF_CH_TREE_UP, c->span, lo, len, 0);
+    for (int i = 0; i < 3; i++)
+        t->tree_down[i] = (uint32_t)(i + 1) * 4 <= l->f[NPFF_CH_TREE_DOWN].size
+                              ? span_int(l, NPFF_CH_TREE_DOWN, c->span, lo, len, i)
+                              : -1;
+    t->has_nvls = l->f[NPFF_CH_NVLS_OUT].offset >= 0;
+    t->has_collnet = l->f[NPFF_CH_COLLNET_CHAIN_UP].offset >= 0;
+    t->nvls_out = c->nvls_out;
+    t->collnet_chain_up = c->chain_up;
+    t->collnet_direct_out = c->direct_out;
+    t->nuser = c->nuser <= NP_FLOW_TOPO_RANKS ? (int)c->nuser : 0;
+    memcpy(t->user_ranks, c->user_ranks, sizeof(int) * (size_t)t->nuser);
 }
 
-static void read_channel(pid_t pid, const struct np_flow_layout *l, uint64_t ch, int nranks,
-                         struct np_flow_channel_topo *c) {
-    uint64_t user = 0;
-    peek_int(pid, ch, &l->f[NPFF_CH_ID], &c->id);
-    peek_int(pid, ch, &l->f[NPFF_CH_RING_PREV], &c->ring_prev);
-    peek_int(pid, ch, &l->f[NPFF_CH_RING_NEXT], &c->ring_next);
-    peek_int(pid, ch, &l->f[NPFF_CH_TREE_UP], &c->tree_up);
-    for (int i = 0; i < 3; i++) {
-        struct np_field down = l->f[NPFF_CH_TREE_DOWN];
-        c->tree_down[i] = -1;
-        if (down.offset >= 0 && (uint32_t)(i + 1) * 4 <= down.size)
-            down.offset += 4 * i, peek_int(pid, ch, &down, &c->tree_down[i]);
-    }
-    c->has_nvls = peek_int(pid, ch, &l->f[NPFF_CH_NVLS_OUT], &c->nvls_out) == 0;
-    c->has_collnet = peek_int(pid, ch, &l->f[NPFF_CH_COLLNET_CHAIN_UP], &c->collnet_chain_up) == 0;
-    peek_int(pid, ch, &l->f[NPFF_CH_COLLNET_DIRECT_OUT], &c->collnet_direct_out);
-    c->nuser = 0;
-    int n = nranks < NP_FLOW_TOPO_RANKS ? nranks : NP_FLOW_TOPO_RANKS;
-    if (n > 0 && l->f[NPFF_CH_RING_USER_RANKS].offset >= 0 &&
-        peek(pid, ch + (uint64_t)l->f[NPFF_CH_RING_USER_RANKS].offset, &user, sizeof(user)) == 0 &&
-        user && peek(pid, user, c->user_ranks, sizeof(int) * (size_t)n) == 0)
-        c->nuser = n;
-}
-
-int np_flow_read_topology(const struct np_flow_attacher *fa, uint32_t slot,
-                          const struct np_flow_rec *r, struct np_flow_topology *t) {
-    const struct np_flow_lib *lib = np_flow_lib_of(fa, slot);
+int np_flow_decode_topology(const struct np_flow_attacher *fa, const void *data, size_t size,
+                            struct np_flow_rec *r, struct np_flow_topology *t) {
+    const struct np_flow_topo_event *e = data;
+    memset(r, 0, sizeof(*r));
+    if (size < sizeof(*e) || e->kind != NP_FLOW_EV_TOPO || e->comm_len > NP_FLOW_COMM_BYTES)
+        return -EINVAL;
+    const struct np_flow_lib *lib = np_flow_lib_of(fa, e->slot);
     if (!lib || lib->err)
         return -EINVAL;
-    const struct np_flow_layout *l = lib->flow;
-    int nch = 0;
-    int err = peek_int((pid_t)r->pid, r->comm, &l->f[NPFF_COMM_NCHANNELS], &nch);
-    if (err)
-        return err;
-    uint32_t stride = l->f[NPFF_CH_SIZE].size;
-    if (nch < 0 || nch > 64 || stride == 0 || l->f[NPFF_COMM_CHANNELS].offset < 0)
-        return -EINVAL;
-    t->nchannels = nch;
-    for (int c = 0; c < nch; c++)
-        read_channel((pid_t)r->pid, l,
-                     r->comm + (uint64_t)l->f[NPFF_COMM_CHANNELS].offset + (uint64_t)c * stride,
-                     r->nranks, &t->ch[c]);
+    struct np_nccl_comm_id id;
+    np_nccl_comm_id_decode(lib->nccl, e->comm_bytes, e->comm_len, &id);
+    r->kind = NP_FLOW_EV_TOPO;
+    r->slot = e->slot;
+    r->pid = e->pid;
+    r->tid = e->tid;
+    r->ts_ns = e->ts_ns;
+    r->comm = e->comm;
+    r->comm_known = id.known;
+    r->comm_hash = id.hash;
+    r->rank = id.known ? id.rank : -1;
+    r->nranks = id.known ? id.nranks : -1;
+    t->nchannels = e->nchannels < 0                      ? 0
+                   : e->nchannels > NP_FLOW_MAX_CHANNELS ? NP_FLOW_MAX_CHANNELS
+                                                         : e->nchannels;
+    for (int c = 0; c < t->nchannels; c++)
+        decode_channel(lib->flow, &e->ch[c], c, &t->ch[c]);
     return 0;
 }

@@ -35,10 +35,9 @@ struct np_flow_rec {
     int peer, conn_index, tree_up;
 };
 
-/* A communicator's channels, read from the process's memory. */
-#define NP_FLOW_TOPO_RANKS 1024 /* ring user ranks kept per channel */
+/* A communicator's channels (NP_FLOW_EV_TOPO), as BPF copied them at its first op. */
 struct np_flow_channel_topo {
-    int id, ring_prev, ring_next, nuser; /* nuser: user_ranks read (nranks, at most the cap) */
+    int id, ring_prev, ring_next, nuser; /* nuser: user ranks copied (nranks, at most 64) */
     int tree_up, tree_down[3];
     bool has_nvls, has_collnet;
     int nvls_out, collnet_chain_up, collnet_direct_out;
@@ -46,11 +45,11 @@ struct np_flow_channel_topo {
 };
 struct np_flow_topology {
     int nchannels;
-    struct np_flow_channel_topo ch[64];
+    struct np_flow_channel_topo ch[NP_FLOW_MAX_CHANNELS];
 };
-/* Reads communicator r->comm of process r->pid (its library: slot) into t: 0 or -errno. */
-int np_flow_read_topology(const struct np_flow_attacher *fa, uint32_t slot,
-                          const struct np_flow_rec *r, struct np_flow_topology *t);
+/* Decodes a topology record: the communicator into r, its channels into t. */
+int np_flow_decode_topology(const struct np_flow_attacher *fa, const void *data, size_t size,
+                            struct np_flow_rec *r, struct np_flow_topology *t);
 
 /* 0, or -EINVAL for a record that does not fit its kind or its slot. */
 int np_flow_decode(const struct np_flow_attacher *fa, const void *data, size_t size,

@@ -1,8 +1,8 @@
 /* flows.c - the session's --nccl-flows part: the flow probes' own BPF
  * object (bpf/nccl_flows.bpf.c), read by the session's ring buffer
  * manager; each record decoded (ingest/nccl_flows.c) and written
- * (writers/flows.c), with the communicator's topology read from the
- * process at its first record. Nothing of it is loaded without the flag. */
+ * (writers/flows.c), a communicator's topology at its first op. Nothing
+ * of it is loaded without the flag. */
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <cjson/cJSON.h>
@@ -17,14 +17,13 @@
 #include "nccl_flows.skel.h"
 #include "session/session.h"
 
-static void write_topology(struct np_session *s, const struct np_flow_rec *r) {
+static void on_topology(struct np_session *s, void *data, size_t size) {
     struct np_flow_topology *t = malloc(sizeof(*t));
-    int err = t ? np_flow_read_topology(s->flow_attacher, r->slot, r, t) : -ENOMEM;
-    if (err)
-        np_debug("pid %u: NCCL topology of comm 0x%llx not read: %s", r->pid,
-                 (unsigned long long)r->comm_hash, strerror(-err));
+    struct np_flow_rec r;
+    if (!t || np_flow_decode_topology(s->flow_attacher, data, size, &r, t) < 0)
+        np_flows_out_malformed(s->flows_out);
     else
-        np_flows_out_topology(s->flows_out, r, t);
+        np_flows_out_topology(s->flows_out, &r, t);
     free(t);
 }
 
@@ -33,12 +32,14 @@ static int on_flow_record(void *ctx, void *data, size_t size) {
     struct np_flow_rec r;
     if (!s->flows_out)
         return 0;
+    if (size >= sizeof(__u32) && *(const __u32 *)data == NP_FLOW_EV_TOPO) {
+        on_topology(s, data, size);
+        return 0;
+    }
     if (np_flow_decode(s->flow_attacher, data, size, &r) < 0) {
         np_flows_out_malformed(s->flows_out);
         return 0;
     }
-    if (np_flows_out_wants_topology(s->flows_out, &r))
-        write_topology(s, &r);
     np_flows_out_write(s->flows_out, &r);
     return 0;
 }
@@ -71,8 +72,18 @@ void np_session_flows_close(struct np_session *s) {
     s->flows_out = NULL;
 }
 
+/* flow_counts[which], summed over CPUs. */
 static uint64_t flow_count(struct np_session *s, uint32_t which) {
-    return s->flows_skel ? np_session_probe_counter(s->flows_skel->maps.flow_counts, which) : 0;
+    int ncpus = libbpf_num_possible_cpus();
+    if (!s->flows_skel || ncpus <= 0)
+        return 0;
+    uint64_t *vals = calloc((size_t)ncpus, sizeof(*vals)), sum = 0;
+    if (vals &&
+        bpf_map_lookup_elem(bpf_map__fd(s->flows_skel->maps.flow_counts), &which, vals) == 0)
+        for (int i = 0; i < ncpus; i++)
+            sum += vals[i];
+    free(vals);
+    return sum;
 }
 
 static cJSON *library_json(const struct np_flow_lib *lib) {

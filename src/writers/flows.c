@@ -172,11 +172,6 @@ void np_flows_out_malformed(struct np_flows_out *o) {
     o->totals.malformed++;
 }
 
-int np_flows_out_wants_topology(struct np_flows_out *o, const struct np_flow_rec *r) {
-    struct flow_set *s = r->comm_known ? set_of(o, r) : NULL;
-    return s && !s->topology_done;
-}
-
 static void append_ints(struct np_str *l, const int *v, int n) {
     np_str_append(l, "[");
     for (int i = 0; i < n; i++)

@@ -25,8 +25,6 @@ void np_flows_out_write(struct np_flows_out *o, const struct np_flow_rec *r);
 struct np_flow_topology;
 void np_flows_out_topology(struct np_flows_out *o, const struct np_flow_rec *r,
                            const struct np_flow_topology *t);
-/* Whether this (pid, comm) still wants its topology. */
-int np_flows_out_wants_topology(struct np_flows_out *o, const struct np_flow_rec *r);
 void np_flows_out_malformed(struct np_flows_out *o);
 /* Writes flow_rank<R>.json of every set, closes everything; totals may be NULL. */
 void np_flows_out_close(struct np_flows_out *o, struct np_flows_totals *totals);
