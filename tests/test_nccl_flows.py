@@ -19,7 +19,7 @@ import pytest
 from lib.jsonl import read_jsonl
 from lib.paths import PROGS
 from lib.processes import Workload
-from lib.run import record, record_attached
+from lib.run import record, record_attached, run_ncclprobe
 from lib.skip import needs_bpf
 
 pytestmark = needs_bpf
@@ -119,6 +119,43 @@ def test_flows_equal_the_library_s_own_log(tmp_path):
         (n_ops, n_steps, 0, 0)
     # the API-level records are all there too
     assert len(rec.jsonl("nccl.jsonl")) > 0
+    check_report(rec, truth)
+
+
+def check_report(rec, truth):
+    """`report --flows --json`: per communicator, steps and bytes per peer
+    and channel, ops per channel, steps per pattern and protocol, all
+    totalled from the library's own log; the table names each communicator."""
+    proc = run_ncclprobe(["report", "--flows", "--json", rec.path])
+    assert proc.returncode == 0, proc.stderr
+    got = {c["comm"]: c for c in json.loads(proc.stdout)["communicators"]}
+    comms = {c for kind, c in truth if kind == "op"}
+    assert set(got) == {hex16(c) for c in comms}
+    for comm in comms:
+        peers, channels, patterns = {}, {}, Counter()
+        for x in truth[("step", comm)]:
+            p = peers.setdefault(x["peer"], {"peer": x["peer"], "send_steps": 0, "send_bytes": 0,
+                                             "recv_steps": 0, "recv_bytes": 0})
+            d = "send" if x["op"] == "SEND" else "recv"
+            p[d + "_steps"] += 1
+            p[d + "_bytes"] += x["bytes"]
+            ch = channels.setdefault(x["channel"], {"channel": x["channel"], "ops": 0,
+                                                    "steps": 0, "bytes": 0})
+            ch["steps"] += 1
+            ch["bytes"] += x["bytes"]
+            patterns[(x["pattern"], x["protocol"])] += 1
+        for x in truth[("op", comm)]:
+            channels.setdefault(x["channel"], {"channel": x["channel"], "ops": 0, "steps": 0,
+                                               "bytes": 0})["ops"] += 1
+        g = got[hex16(comm)]
+        assert g["ops"] == len(truth[("op", comm)]) and g["steps"] == len(truth[("step", comm)])
+        assert g["peers"] == [peers[k] for k in sorted(peers)]
+        assert g["channels"] == [channels[k] for k in sorted(channels)]
+        assert {(x["pattern"], x["protocol"]): x["steps"] for x in g["patterns"]} == patterns
+    table = run_ncclprobe(["report", "--flows", rec.path])
+    assert table.returncode == 0 and all(hex16(c) in table.stdout for c in comms)
+    empty = run_ncclprobe(["report", "--flows", rec.path / "flows"])  # not a recording
+    assert empty.returncode == 1 and "--nccl-flows" in empty.stderr
 
 
 def test_communicators_created_before_attach(tmp_path, workloads):
