@@ -65,6 +65,14 @@ $(BUILD)/ncclprobe.bpf.o: $(BPF_SRC) include/ncclprobe/events.h $(BUILD)/vmlinux
 $(BUILD)/ncclprobe.skel.h: $(BUILD)/ncclprobe.bpf.o
 	$(BPFTOOL) gen skeleton $< name ncclprobe_bpf > $@.tmp && mv $@.tmp $@
 
+# The --nccl-flows probes: an object of their own, loaded only with the option.
+$(BUILD)/nccl_flows.bpf.o: bpf/nccl_flows.bpf.c include/ncclprobe/flows.h $(BUILD)/vmlinux.h
+	$(CLANG) -g -O2 -target bpf -D__TARGET_ARCH_x86 $(WARN) -Wno-unused-function -Wno-unused-parameter \
+		-Iinclude -I$(BUILD) -c $< -o $@
+
+$(BUILD)/nccl_flows.skel.h: $(BUILD)/nccl_flows.bpf.o
+	$(BPFTOOL) gen skeleton $< name nccl_flows_bpf > $@.tmp && mv $@.tmp $@
+
 # The daemon's process discovery (exec and library mmap notifications).
 $(BUILD)/discover.bpf.o: bpf/discover.bpf.c include/ncclprobe/discover.h $(BUILD)/vmlinux.h
 	$(CLANG) -g -O2 -target bpf -D__TARGET_ARCH_x86 $(WARN) -Wno-unused-function -Wno-unused-parameter \
@@ -88,7 +96,8 @@ $(BUILD)/gen/flamegraph_assets.h: $(FLAME_ASSETS) tools/embed-asset.sh
 	tools/embed-asset.sh $(FLAME_ASSETS) > $@.tmp && mv $@.tmp $@
 $(BUILD)/obj/writers/flamegraph.o: $(BUILD)/gen/flamegraph_assets.h
 
-$(BUILD)/obj/%.o: src/%.c $(HEADERS) $(BUILD)/ncclprobe.skel.h $(BUILD)/discover.skel.h $(BUILD)/gen/profile.pb-c.h
+$(BUILD)/obj/%.o: src/%.c $(HEADERS) $(BUILD)/ncclprobe.skel.h $(BUILD)/discover.skel.h \
+		$(BUILD)/nccl_flows.skel.h $(BUILD)/gen/profile.pb-c.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -c $< -o $@
 
@@ -280,7 +289,7 @@ bench: $(BUILD)/ncclprobe $(BUILD)/progs/.built $(BUILD)/unwind_bench $(BUILD)/j
 bench-cost: $(BUILD)/ncclprobe $(BUILD)/progs/.built
 	bench/cost.sh $(BUILD)
 
-FORMATTED := $(BPF_SRC) bpf/discover.bpf.c $(SRCS) $(STUB_C) $(HEADERS) $(CUPTI_SRCS) tests/unit/*.[ch] fuzz/*.[ch] $(wildcard tests/progs/*.[ch] \
+FORMATTED := $(BPF_SRC) bpf/discover.bpf.c bpf/nccl_flows.bpf.c $(SRCS) $(STUB_C) $(HEADERS) $(CUPTI_SRCS) tests/unit/*.[ch] fuzz/*.[ch] $(wildcard tests/progs/*.[ch] \
 	tests/progs/*.cc tools/demo/*.[ch] tools/demo/standin/*.[ch] bench/*.c)
 
 format:

@@ -10,6 +10,9 @@
 #   bare                      no tracer
 #   ncclprobe                 API + launch probes, stacks, plans read (DWARF layout)
 #   ncclprobe, stripped lib   the same library without DWARF: no plans, no comm reads
+#   ncclprobe --nccl-flows    the same plus the proxy-flow probes (ncclProxySaveOp, SaveProxy
+#                             .isra: the double posts 16 ops per 1 MiB AllReduce, each with
+#                             its proxied peers, as NCCL does for network peers)
 #   bpftrace                  uprobes on the same functions, user stacks counted
 # Reported: time added per iteration, and (kernel.bpf_stats_enabled) the
 # BPF program's own time per iteration.
@@ -31,25 +34,29 @@ sysctl -qw kernel.bpf_stats_enabled=1
 ns() { sed -n 's/.*: \([0-9.]*\) ns.*/\1/p'; }
 median() { sort -n | sed -n 2p; }
 
-# The last run_time_ns/run_cnt of ncclprobe's entry program while it runs.
+# The last run_time_ns/run_cnt of ncclprobe's entry program while it runs
+# (plus the two flow programs' run time, when loaded).
+prog_ns() { bpftool prog show name "$1" 2>/dev/null | sed -n 's/.*run_time_ns \([0-9]*\).*/\1/p'; }
 watch_bpf() {
     while sleep 0.2; do
-        bpftool prog show name np_entry_multi 2>/dev/null | grep -o 'run_time_ns [0-9]* run_cnt [0-9]*' ||
-            bpftool prog show name np_entry 2>/dev/null | grep -o 'run_time_ns [0-9]* run_cnt [0-9]*' ||
-            true
+        e=$(prog_ns np_entry_multi)
+        [ -n "$e" ] || e=$(prog_ns np_entry)
+        f=$(( $(prog_ns np_flow_save_op || true)0 / 10 + $(prog_ns np_flow_save_proxy || true)0 / 10 ))
+        [ -n "$e" ] && echo "$e $f"
     done >>"$TMP/bpf" 2>/dev/null
 }
 
 bare() { "$B/nccl_loop" "$LIB" "$1" "$N" $WORK | ns; }
-probed() { # mode, lib: prints "ns_per_iteration bpf_ns_per_iteration"
+probed() { # mode, lib [flags]: prints "ns_per_iteration bpf_ns_per_iteration flow_bpf_ns"
     : >"$TMP/bpf"
     watch_bpf &
     W=$!
-    t=$("$B/ncclprobe" record --no-gpu -o "$TMP/rec" -- "$B/nccl_loop" "$2" "$1" "$N" $WORK \
-        2>/dev/null | ns)
+    rm -rf "$TMP/rec"
+    t=$("$B/ncclprobe" record --no-gpu ${3:-} -o "$TMP/rec" -- "$B/nccl_loop" "$2" "$1" "$N" \
+        $WORK 2>/dev/null | ns)
     kill $W 2>/dev/null || true
     wait $W 2>/dev/null || true
-    bpf=$(tail -n 1 "$TMP/bpf" | awk -v n="$N" '{ printf "%.0f", $2 / n }')
+    bpf=$(tail -n 1 "$TMP/bpf" | awk -v n="$N" '{ printf "%.0f %.0f", $1 / n, $2 / n }')
     echo "$t $bpf"
 }
 peer() { # mode
@@ -73,6 +80,8 @@ three() { for i in 1 2 3; do "$@"; done; }
         b=$(three bare $mode | median)
         three probed $mode "$LIB" >"$TMP/p"
         three probed $mode "$TMP/stripped/libfakenccl.so" >"$TMP/s"
+        three probed $mode "$LIB" --nccl-flows >"$TMP/f"
+        f=$(cut -d' ' -f1 "$TMP/f" | median); fb=$(cut -d' ' -f3 "$TMP/f" | median)
         p=$(cut -d' ' -f1 "$TMP/p" | median); pb=$(cut -d' ' -f2 "$TMP/p" | median)
         s=$(cut -d' ' -f1 "$TMP/s" | median); sb=$(cut -d' ' -f2 "$TMP/s" | median)
         t=$(three peer $mode | median)
@@ -84,10 +93,13 @@ three() { for i in 1 2 3; do "$@"; done; }
         echo "| bare | $b | 0 | |"
         echo "| ncclprobe (plans read) | $p | $(echo "$p - $b" | bc | xargs printf %.0f) | $pb |"
         echo "| ncclprobe, stripped library (no plans) | $s | $(echo "$s - $b" | bc | xargs printf %.0f) | $sb |"
+        echo "| ncclprobe --nccl-flows | $f | $(echo "$f - $b" | bc | xargs printf %.0f) | $pb + flows $fb |"
         echo "| bpftrace (same uprobes, ustack count) | $t | $(echo "$t - $b" | bc | xargs printf %.0f) | |"
         echo
         echo "Added time, ncclprobe / bpftrace: $(echo "($p - $b) / ($t - $b)" | bc -l | xargs printf %.2f);"
         echo "reading the plan costs the BPF program $(echo "$pb - $sb" | bc | xargs printf %.0f) ns per launch."
+        echo "--nccl-flows adds $(echo "$f - $p" | bc | xargs printf %.0f) ns per iteration to ncclprobe's"
+        echo "$(echo "$p - $b" | bc | xargs printf %.0f) ns ($(echo "100 * ($f - $p) / ($p - $b)" | bc -l | xargs printf %.0f)%); its BPF programs $fb ns per iteration."
     done
 } >"$OUT"
 cat "$OUT"

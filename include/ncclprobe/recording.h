@@ -20,6 +20,13 @@
 #define NP_REC_GRAPH_REPLAYS_JSONL "graph_replays.jsonl"   /* replayed kernels by capture site */
 #define NP_REC_SUMMARY_JSON "summary.json"                 /* a recording's totals */
 #define NP_REC_WINDOW_JSON "window.json"                   /* a daemon output set's window */
+/* --nccl-flows (docs/nccl.md, "Flows"): in NP_REC_FLOWS_DIR/comm_<commHash>/, per rank R */
+#define NP_REC_FLOWS_DIR "flows"
+#define NP_REC_FLOWS_COMM_PREFIX "comm_"
+#define NP_REC_PROXY_FLOW_PREFIX "proxy_flow_rank" /* R.jsonl: one proxy op per line */
+#define NP_REC_FLOW_STEPS_PREFIX "flow_steps_rank" /* R.jsonl: one step per line */
+#define NP_REC_FLOW_RANK_PREFIX "flow_rank"        /* R.json: meta + steps */
+#define NP_REC_TOPOLOGY_PREFIX "topology_"         /* <commHash>_rankR.json, in flows/ */
 /* Derived outputs (`ncclprobe convert`, --format). */
 #define NP_REC_PROFILE_PB_GZ "profile.pb.gz"
 #define NP_REC_TRACE_JSON "trace.json"

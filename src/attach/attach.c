@@ -17,6 +17,7 @@
 
 #include "attach/closer.h"
 #include "attach/elfscan.h"
+#include "attach/nccl_flows_attach.h"
 #include "attach/procmaps.h"
 #include "attach/uprobe_multi.h"
 #include "lib/util.h"
@@ -34,6 +35,7 @@ void np_attacher_init(struct np_attacher *a, struct ncclprobe_bpf *skel, bool us
 struct np_scanned_file {
     struct np_elf_scan scan;
     struct np_nccl_layout *nccl;
+    struct np_flow_layout *flow; /* --nccl-flows only */
 };
 
 static void free_scan(void *p) {
@@ -42,6 +44,7 @@ static void free_scan(void *p) {
         return;
     np_elf_scan_free(&file->scan);
     free(file->nccl);
+    free(file->flow);
     free(file);
 }
 
@@ -413,6 +416,23 @@ static const struct np_nccl_layout *nccl_layout_of(struct np_scanned_file *file,
     return file->nccl;
 }
 
+/* --nccl-flows: the library's proxy-flow probes (their layout read once per file). */
+static void attach_flows(struct np_attacher *a, pid_t pid, const char *binary,
+                         const char *target_path, struct np_scanned_file *file) {
+    if (!file->flow) {
+        file->flow = malloc(sizeof(*file->flow));
+        if (!file->flow)
+            return;
+        np_flow_layout_load(binary, file->flow);
+        if (file->flow->status)
+            np_warn("%s: NCCL proxy flows are not recorded: %s", target_path, file->flow->missing);
+    }
+    int slot = np_flow_attach_library(a->flows, pid, binary, target_path, file->nccl, file->flow);
+    if (slot < 0)
+        np_warn("pid %d: NCCL proxy flows of %s not recorded: %s", pid, target_path,
+                strerror(-slot));
+}
+
 /* Attaches every match of one scanned file; records the library on the
  * target when it has any probe point. */
 static int attach_scan(struct np_attacher *a, struct np_process *p, const char *target_path,
@@ -495,6 +515,8 @@ static int attach_scan(struct np_attacher *a, struct np_process *p, const char *
     }
     lib->attached_ns = np_monotonic_ns();
     free(ids);
+    if (a->flows && nccl)
+        attach_flows(a, p->pid, binary, target_path, file);
     return attached;
 }
 

@@ -19,6 +19,7 @@
 
 struct ncclprobe_bpf;
 struct bpf_link;
+struct np_flow_attacher;
 
 struct np_probe_site {
     uint32_t id;
@@ -58,6 +59,8 @@ struct np_attacher {
     struct np_closer *closer; /* closes released links off the caller's thread, then
                                  hands their ids back for reuse */
     struct np_map scan_cache; /* file identity -> struct np_scanned_file * */
+    /* --nccl-flows: each libnccl's proxy-flow probes too; NULL: off */
+    struct np_flow_attacher *flows;
 };
 
 void np_attacher_init(struct np_attacher *a, struct ncclprobe_bpf *skel, bool use_multi);

@@ -119,6 +119,15 @@ static void resolve_path(Dwarf_Die *die, const char *path, struct np_field *f) {
     bitfield_position(&member, total, f);
 }
 
+/* The struct itself (an empty path): offset 0, its size (an array's stride). */
+static void whole_struct(Dwarf_Die *die, struct np_field *f) {
+    Dwarf_Word size;
+    if (dwarf_aggregate_size(die, &size) != 0 || size > UINT32_MAX)
+        return;
+    f->offset = 0;
+    f->size = (uint32_t)size;
+}
+
 static bool is_definition(Dwarf_Die *die) {
     Dwarf_Attribute attr;
     bool decl = false;
@@ -144,7 +153,10 @@ static void use_struct(Dwarf_Die *die, struct search *s) {
             continue;
         s->found[i] = true;
         s->left--;
-        resolve_path(die, s->req->fields[i].path, &s->req->out[i]);
+        if (s->req->fields[i].path[0] == '\0')
+            whole_struct(die, &s->req->out[i]);
+        else
+            resolve_path(die, s->req->fields[i].path, &s->req->out[i]);
     }
 }
 

@@ -14,7 +14,8 @@
 
 struct np_field_query {
     const char *type; /* struct name as in the source: "ncclComm" */
-    const char *path; /* member, or member.member...: "planner.streams" */
+    const char *path; /* member, or member.member...: "planner.streams"; "": the struct
+                         itself (offset 0, size = sizeof, an array's stride) */
 };
 
 struct np_field {

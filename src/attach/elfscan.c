@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "attach/elfscan.h"
 
+#include <ctype.h>
 #include <elf.h>
 #include <elfutils/libdwelf.h>
 #include <errno.h>
@@ -179,10 +180,35 @@ static void read_build_id(Elf *elf, struct np_elf_scan *out) {
         snprintf(out->build_id + 2 * i, 3, "%02x", ((const uint8_t *)id)[i]);
 }
 
+/* A suffix made only of IPA clone tags: (".isra" | ".constprop") "." digits, repeated. */
+static bool clone_suffix(const char *s) {
+    static const char *const tags[] = {".isra.", ".constprop."};
+    if (*s == '\0')
+        return false;
+    while (*s) {
+        size_t t = 0, len = 0;
+        for (; t < sizeof(tags) / sizeof(tags[0]); t++)
+            if (strncmp(s, tags[t], len = strlen(tags[t])) == 0)
+                break;
+        if (t == sizeof(tags) / sizeof(tags[0]) || !isdigit((unsigned char)s[len]))
+            return false;
+        for (s += len; isdigit((unsigned char)*s); s++)
+            ;
+    }
+    return true;
+}
+
+static bool query_matches(const struct np_elf_symbol_query *q, const char *name) {
+    size_t len = strlen(q->name);
+    if (strncmp(q->name, name, len) != 0)
+        return false;
+    return name[len] == '\0' || (q->clones && clone_suffix(name + len));
+}
+
 static struct np_elf_symbol_query *find_query(struct np_elf_symbol_query *q, size_t n,
                                               const char *name) {
     for (size_t i = 0; i < n; i++)
-        if (q[i].err == -ENOENT && strcmp(q[i].name, name) == 0)
+        if (q[i].err == -ENOENT && query_matches(&q[i], name))
             return &q[i];
     return NULL;
 }
@@ -253,9 +279,20 @@ static void read_symbols(Elf *elf, struct np_elf_symbol_query *q, size_t n, bool
                 !(hit = find_query(q, n, sname)))
                 continue;
             missing--;
+            hit->clone = strcmp(hit->name, sname) != 0;
             answer_query(elf, &sym, hit);
         }
     }
+}
+
+int np_elf_file_offset(int fd, uint64_t vaddr, uint64_t *offset) {
+    Elf *elf = NULL;
+    int err = begin_x86_64(fd, &elf);
+    if (err)
+        return err;
+    err = vaddr_to_offset(elf, vaddr, offset);
+    elf_end(elf);
+    return err;
 }
 
 int np_elf_read_symbols(int fd, struct np_elf_symbol_query *q, size_t n) {

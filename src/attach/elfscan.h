@@ -43,8 +43,15 @@ struct np_elf_symbol_query {
     size_t len;
     uint64_t vaddr; /* out */
     int err;        /* out */
+    /* also match the compiler's clones of name ("name.isra.11", "name.constprop.0.isra.0";
+     * not the ".cold"/".part" pieces): GCC's -O3 turns static functions into IPA clones */
+    bool clones;
+    bool clone; /* out: what matched was a clone */
 };
 int np_elf_read_symbols(int fd, struct np_elf_symbol_query *q, size_t n);
+/* The file offset of vaddr (a uprobe's), through the PT_LOAD that maps it:
+ * -ENOENT when none does, -ENOEXEC when fd is not an x86-64 ELF64 file. */
+int np_elf_file_offset(int fd, uint64_t vaddr, uint64_t *offset);
 
 /* The same restricted to what the dynamic loader sees: .dynsym only, and
  * only defined functions and objects (an IFUNC's value is its resolver, not

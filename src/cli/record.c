@@ -322,6 +322,10 @@ static int open_output(struct np_session *s) {
         np_err("cannot write the output directory %s: %s", s->opt.output_dir, strerror(-err));
         return err;
     }
+    if (s->opt.nccl_flows && (err = np_session_flows_open(s, s->opt.output_dir)) < 0) {
+        np_err("cannot write the NCCL flows: %s", strerror(-err));
+        return err;
+    }
     if (s->opt.raw_dump && !(s->ingest.raw_dump = fopen(s->opt.raw_dump, "we"))) {
         err = -errno;
         np_err("cannot write --raw-dump %s: %s", s->opt.raw_dump, strerror(-err));
@@ -333,6 +337,7 @@ static int open_output(struct np_session *s) {
  * summary.json (which reports how the streams ended). */
 static int finish_output(struct np_session *s, int err) {
     int ferr = np_output_finish(s->out);
+    np_session_flows_close(s);
     if (s->skel && s->rb) {
         int serr = write_summary(s);
         if (serr)

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "lib/util.h"
+#include "report/flows.h"
 #include "report/run.h"
 
 #define DEFAULT_DEPTH 12
@@ -34,6 +35,9 @@ static void usage(FILE *f) {
             "      --top N            only the N most frequent stacks\n"
             "  -o, --output FILE      write to FILE instead of stdout\n"
             "      --json             one JSON object\n"
+            "      --flows            instead: per communicator of a --nccl-flows recording,\n"
+            "                         steps and bytes per peer and channel, steps per\n"
+            "                         pattern and protocol\n"
             "  -h, --help             this text\n"
             "\n"
             "Exit codes: 0 done (also when nothing matched: the output says why),\n"
@@ -60,7 +64,8 @@ enum {
     OPT_INDEX,
     OPT_DEPTH,
     OPT_TOP,
-    OPT_JSON
+    OPT_JSON,
+    OPT_FLOWS
 };
 
 /* A numeric option: 0 or -EINVAL. */
@@ -107,6 +112,9 @@ static int take_option(int c, const char *arg, struct np_report_options *opt) {
         return 0;
     case OPT_JSON:
         opt->json = true;
+        return 0;
+    case OPT_FLOWS:
+        opt->flows = true;
         return 0;
     case OPT_START:
     case OPT_DURATION:
@@ -162,6 +170,7 @@ static int parse_options(int argc, char **argv, struct np_report_options *opt) {
         {"top", required_argument, NULL, OPT_TOP},
         {"output", required_argument, NULL, 'o'},
         {"json", no_argument, NULL, OPT_JSON},
+        {"flows", no_argument, NULL, OPT_FLOWS},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
@@ -185,5 +194,7 @@ int np_cmd_report(int argc, char **argv) {
             fprintf(stderr, "Run 'ncclprobe report --help' for the options.\n");
         return parsed < 0 ? 2 : 0;
     }
+    if (opt.flows)
+        return np_report_flows(&opt) ? 1 : 0;
     return np_report_run(&opt) ? 1 : 0;
 }

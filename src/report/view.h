@@ -21,6 +21,7 @@ struct np_report_options {
     size_t index, top; /* top 0: every stack */
     uint32_t depth;    /* 0: every frame */
     bool has_start, has_duration, has_index, json;
+    bool flows; /* --flows: the NCCL flow totals instead (report/flows.h) */
 };
 
 struct np_report_view {

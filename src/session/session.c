@@ -120,6 +120,8 @@ int np_session_setup_bpf(struct np_session *s) {
     /* the agent's fast path needs the stack copy (DWARF unwinding) */
     s->attacher.fast_path = s->opt.launch_probes == NP_LAUNCH_PROBES_AUTO &&
                             s->opt.unwind != UNWIND_FP && !s->opt.no_gpu;
+    if (s->opt.nccl_flows && (err = np_session_setup_flows(s)) < 0)
+        return err;
     return np_session_watch(s->epfd, ring_buffer__epoll_fd(s->rb), NP_TAG_RING);
 }
 
@@ -256,6 +258,7 @@ void np_session_free(struct np_session *s) {
     s->drain = NULL;
     ring_buffer__free(s->rb);
     s->rb = NULL;
+    np_session_flows_free(s);
     ncclprobe_bpf__destroy(s->skel);
     s->skel = NULL;
     np_gpu_server_close(s->gpu_server);

@@ -27,6 +27,7 @@
 #include "lib/util.h"
 #include "ncclprobe/events.h"
 #include "session/settings.h"
+#include "writers/flows.h"
 #include "writers/output.h"
 
 struct bpf_map;
@@ -37,6 +38,7 @@ struct np_output;
 struct np_session;
 struct np_agents;
 struct np_drain;
+struct nccl_flows_bpf;
 
 /* Where a session's records go when it has more than one output (the
  * daemon: one output set per process and window). Without it every record
@@ -83,6 +85,11 @@ struct np_session {
     size_t ngpu_closed;
     struct np_agents *agents;    /* the injector's worker (agent.c); NULL until asked for */
     uint64_t cudart_majors_said; /* bit N: an untested libcudart.so.N was warned about */
+    /* --nccl-flows (flows.c): its BPF object, the libraries it probes, its files */
+    struct nccl_flows_bpf *flows_skel;
+    struct np_flow_attacher *flow_attacher;
+    struct np_flows_out *flows_out;
+    struct np_flows_totals flows_totals;
 };
 
 /* epoll tags of the session's fds; a target's pidfd is NP_TAG_TARGET + pid. */
@@ -125,6 +132,16 @@ struct np_output *np_session_output_for(struct np_session *s, struct np_target *
 
 /* ---- BPF, GPU ---- */
 int np_session_setup_bpf(struct np_session *s);
+/* ---- --nccl-flows (flows.c) ---- */
+/* Loads the flow probes' BPF object and reads its ring with s->rb; after np_session_setup_bpf. */
+int np_session_setup_flows(struct np_session *s);
+/* The flow files go to dir/flows. */
+int np_session_flows_open(struct np_session *s, const char *dir);
+/* Writes what is left, closes the files (totals kept for the summary). */
+void np_session_flows_close(struct np_session *s);
+/* summary.json's "nccl_flows"; NULL when flows were not asked for. */
+struct cJSON *np_session_flows_json(struct np_session *s);
+void np_session_flows_free(struct np_session *s);
 int np_session_setup_gpu(struct np_session *s);
 /* Once per loop: GPU clients that closed (when the ring is read: !backlog),
  * launches whose records stopped coming, clients that never said hello. */

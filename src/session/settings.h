@@ -56,6 +56,7 @@ struct np_settings {
     long python_depth;
     const char *cupti_socket; /* where libncclprobe_cupti.so sends GPU records */
     bool inject_cupti;        /* --cupti: CUDA_INJECTION64_PATH for -- CMD */
+    bool nccl_flows;          /* --nccl-flows: NCCL's proxy flows and topology (flows/) */
     bool no_gpu;
     long gpu_timeout_ms;
     bool verbose;

@@ -60,6 +60,7 @@ int np_session_write_summary(struct np_session *s, const char *path) {
             .gpu_join = s->gpu_join ? np_gpu_join_counters(s->gpu_join) : NULL,
             .gpu_socket = s->gpu_server ? s->opt.cupti_socket : NULL,
             .nccl_comms = &s->nccl_comms,
+            .nccl_flows = np_session_flows_json(s),
         };
         targets = NULL; /* the summary's now */
         err = np_summary_write(path, &sum);

@@ -237,6 +237,7 @@ int np_summary_write(const char *path, const struct np_summary *s) {
     cJSON *root = cJSON_CreateObject();
     if (!root) {
         cJSON_Delete(s->targets);
+        cJSON_Delete(s->nccl_flows);
         return -ENOMEM;
     }
     np_json_add_u64(root, "format_version", 1);
@@ -255,6 +256,8 @@ int np_summary_write(const char *path, const struct np_summary *s) {
     cJSON_AddItemToObject(root, "launches_by_kernel", kernels_json(s->out));
     cJSON_AddItemToObject(root, "gpu", gpu_json(s));
     cJSON_AddItemToObject(root, "nccl", np_summary_nccl_json(s));
+    if (s->nccl_flows)
+        cJSON_AddItemToObject(root, "nccl_flows", s->nccl_flows);
 
     return np_json_write_file(path, root);
 }

@@ -42,6 +42,9 @@ struct np_summary {
     const struct np_gpu_counters *gpu_join;
     const char *gpu_socket;
     const struct np_nccl_comms *nccl_comms;
+    /* --nccl-flows: what was probed and written, built by the session (taken over);
+     * NULL: not asked for */
+    struct cJSON *nccl_flows;
 };
 
 int np_summary_write(const char *path, const struct np_summary *s);

@@ -183,6 +183,57 @@ struct ncclSymkDevWorkArgs {
     void *outputPtr;
 };
 
+// NCCL's ncclPattern_t (proxy.h), same values.
+typedef enum : uint8_t {
+    ncclPatternRing,
+    ncclPatternRingTwice,
+    ncclPatternPipelineFrom,
+    ncclPatternPipelineTo,
+    ncclPatternTreeUp,
+    ncclPatternTreeDown,
+    ncclPatternTreeUpDown,
+    ncclPatternCollnetChain,
+    ncclPatternCollnetDirect,
+    ncclPatternNvls,
+    ncclPatternNvlsTree,
+    ncclPatternPatUp,
+    ncclPatternPatDown,
+    ncclPatternSend,
+    ncclPatternRecv,
+    ncclPatternProfiler,
+} ncclPattern_t;
+
+// One channel's share of one operation for the proxy thread (NCCL's ncclProxyOp; own order).
+struct ncclProxyOp {
+    struct ncclProxyConnection *connection;
+    uint64_t opCount;
+    uint8_t protocol;
+    uint8_t channelId;
+    ncclPattern_t pattern;
+    uint8_t sliceSteps;
+    int root;
+    struct ncclProxyOp *next;
+    int nsteps;
+    ssize_t nbytes; // bytes per step
+    size_t chunkSize;
+    uint8_t chunkSteps;
+    uint8_t dtype;
+    uint8_t redOp;
+    uint8_t coll;
+    uint8_t collAPI;
+    uint8_t algorithm;
+    int nChannels;
+    int nPeers;
+    union {
+        struct ncclTaskColl *coll;
+        struct ncclTaskP2p *p2p;
+    } task;
+    int rank;
+    int peer; // set by SaveProxy
+    int pid;
+    struct ncclProxyOp *enqNext;
+};
+
 struct ncclKernelPlan {
     size_t kernelArgsSize;
     int threadPerBlock;
@@ -209,6 +260,7 @@ struct ncclKernelPlan {
     struct ncclComm *comm;
     ncclIntruQueue<ncclTaskColl, &ncclTaskColl::next> collTaskQueue;
     void *groupApiEventHandle;
+    ncclIntruQueue<ncclProxyOp, &ncclProxyOp::enqNext> proxyOpQueue;
 };
 
 struct ncclCudaStreamList {
@@ -245,13 +297,51 @@ struct ncclTree {
     int down[3];
 };
 
+// NVLS peers (2.28's ncclNvls, fewer members): `out` is the network peer of NVLS+net, -1 when none.
+struct ncclNvls {
+    int nHeads;
+    int headRank;
+    int treeUp;
+    int treeDown[3];
+    int out;
+};
+
+// A connection's proxy side (NCCL's ncclProxyConnector): proxyProgress is NULL for transports the
+// proxy thread does not progress (P2P / NVLink / SHM), and SaveProxy then posts nothing.
+struct ncclProxyConnector {
+    int tpRank;
+    int tpLocalRank;
+    int sameProcess;
+    struct ncclProxyConnection *connection;
+    void *proxyProgress;
+};
+
+struct ncclConnector {
+    int connected;
+    int hasSeen;
+    void *transportComm;
+    char conn[40];
+    struct ncclProxyConnector proxyConn;
+};
+
+#define NCCL_MAX_CONNS 2
+#define NCCL_MAX_TREE_ARITY 3
+
+// recv before send (NCCL has send first): ncclprobe must read the order from DWARF.
+struct ncclChannelPeer {
+    struct ncclConnector recv[NCCL_MAX_CONNS];
+    struct ncclConnector send[NCCL_MAX_CONNS];
+    int refCount;
+};
+
 struct ncclChannel {
-    void *peers;
     void *devPeers;
     struct ncclRing ring;
+    struct ncclChannelPeer **peers; // nRanks + 1 (the last: NVLS / CollNet)
     int *devRingUserRanks;
     struct ncclTree tree;
     char transportState[1096];
+    struct ncclNvls nvls;
     int id;
     uint32_t workFifoProduced;
 };
@@ -262,6 +352,8 @@ struct ncclComm {
     unsigned fakeFlags;         // FAKE_NCCL_FLAG_*
     bool inGroup;               // on this thread's group list
     struct ncclChannel channels[MAXCHANNELS];
+    int nChannels;        // channels with a topology (ring, tree, NVLS)
+    uint64_t collOpCount; // proxy opCount: one per collective, one per plan's p2p work
     int rank;
     int cudaDev;
     int64_t busId;
@@ -646,8 +738,12 @@ static void selectAlgoProto(const ncclComm *comm, ncclTaskColl *t) {
     size_t bytes = collBytes(t);
     int algo = NCCL_ALGO_RING;
     int proto = protoForBytes(bytes);
-    if (t->func == ncclFuncAllReduce && bytes > (1u << 20))
+    if ((t->func == ncclFuncAllReduce || t->func == ncclFuncReduce ||
+         t->func == ncclFuncBroadcast) &&
+        bytes > (1u << 20))
         algo = NCCL_ALGO_TREE;
+    if (t->func == ncclFuncAllReduce && (comm->fakeFlags & FAKE_NCCL_FLAG_NVLS))
+        algo = NCCL_ALGO_NVLS;
     if ((t->func == ncclFuncAllGather || t->func == ncclFuncReduceScatter) && comm->nRanks >= 4 &&
         bytes <= (64u << 10)) {
         algo = NCCL_ALGO_PAT;
@@ -731,6 +827,398 @@ static ncclKernelPlan *symCollPlan(ncclComm *comm, ncclTaskColl *task) {
     return plan;
 }
 
+// ---- the proxy path (NCCL 2.28's enqueue.cc addProxyOpIfNeeded / uploadProxyOps and proxy.cc
+// ncclProxySaveOp / SaveProxy) ----
+//
+// Planning asks ncclProxySaveOp whether an op needs the proxy (justInquire != NULL; SaveProxy
+// posts nothing then) and queues it on plan->proxyOpQueue; after the launch hostStreamPlanTask
+// posts every queued op (ncclProxySaveOp(comm, op, NULL)), which calls SaveProxy once per
+// direction and peer of the op's pattern. SaveProxy has the signature of 2.28.9's IPA-SRA clone
+// (the channel passed as &channel->peers and &channel->id) and its .symtab name. The truth log
+// gets one "flow":"op" line per posted op and, from SaveProxy, one "flow":"step" line per step
+// of each direction and peer it posts; "flow":"topology" at communicator init.
+
+enum { proxyRecv = 0, proxySend = 1 };
+
+static const char *const kPatternNames[] = {
+    "RING",         "RING_TWICE",    "PIPELINE_FROM",  "PIPELINE_TO", "TREE_UP",   "TREE_DOWN",
+    "TREE_UP_DOWN", "COLLNET_CHAIN", "COLLNET_DIRECT", "NVLS",        "NVLS_TREE", "PAT_UP",
+    "PAT_DOWN",     "SEND",          "RECV",           "PROFILER"};
+
+static const char *patternName(int p) {
+    return p >= 0 && p < static_cast<int>(sizeof(kPatternNames) / sizeof(kPatternNames[0]))
+               ? kPatternNames[p]
+               : "?";
+}
+
+// Which phase of its pattern a step belongs to ("" none): the first half of RING_TWICE is the
+// reduce-scatter, going up a tree reduces and coming down broadcasts.
+static const char *stageOf(const ncclProxyOp *op, const ncclChannel *ch, int type, int peer,
+                           int step) {
+    switch (op->pattern) {
+    case ncclPatternRingTwice:
+        return step < op->nsteps / 2 ? "reduce-scatter" : "all-gather";
+    case ncclPatternRing:
+        return op->coll == ncclFuncReduceScatter ? "reduce-scatter"
+               : op->coll == ncclFuncAllGather   ? "all-gather"
+                                                 : "";
+    case ncclPatternPipelineFrom:
+    case ncclPatternTreeDown:
+        return "broadcast";
+    case ncclPatternPipelineTo:
+    case ncclPatternTreeUp:
+        return "reduce";
+    case ncclPatternTreeUpDown:
+        return (type == proxySend) == (peer == ch->tree.up) ? "reduce" : "broadcast";
+    default:
+        return "";
+    }
+}
+
+static void logSteps(const ncclComm *comm, const ncclChannel *ch, const ncclProxyOp *op, int type,
+                     int peer, int connIndex) {
+    if (logFd() < 0)
+        return;
+    for (int step = 0; step < op->nsteps; step++) {
+        std::string s;
+        const char *stage = stageOf(op, ch, type, peer, step);
+        appendf(s,
+                "{\"flow\":\"step\",\"comm_hash\":\"0x%" PRIx64
+                "\",\"rank\":%d,\"opCount\":%" PRIu64
+                ",\"channel\":%d,\"step\":%d,\"op\":\"%s\",\"peer\":%d,\"bytes\":%zd,"
+                "\"pattern\":\"%s\",\"protocol\":\"%s\",\"conn_index\":%d,\"stage\":",
+                comm->commHash, comm->rank, op->opCount, op->channelId, step,
+                type == proxySend ? "SEND" : "RECV", peer, op->nbytes, patternName(op->pattern),
+                protoName(op->protocol), connIndex);
+        appendf(s, *stage ? "\"%s\"}" : "null}", stage);
+        writeLine(s);
+    }
+}
+
+static void logProxyOp(const ncclComm *comm, const ncclProxyOp *op, uint64_t launchSeq) {
+    if (logFd() < 0)
+        return;
+    std::string s;
+    appendf(s,
+            "{\"flow\":\"op\",\"tid\":%ld,\"comm_hash\":\"0x%" PRIx64
+            "\",\"rank\":%d,\"nranks\":%d,"
+            "\"pid\":%d,\"opCount\":%" PRIu64 ",\"channel\":%d,\"nsteps\":%d,\"nbytes\":%zd,"
+            "\"chunkSize\":%zu,\"sliceSteps\":%d,\"chunkSteps\":%d,\"pattern\":\"%s\","
+            "\"protocol\":\"%s\",\"algorithm\":\"%s\",\"coll\":\"%s\",\"root\":%d,"
+            "\"launch_seq\":%" PRIu64 "}",
+            fakeGettid(), comm->commHash, comm->rank, comm->nRanks, op->pid, op->opCount,
+            op->channelId, op->nsteps, op->nbytes, op->chunkSize, op->sliceSteps, op->chunkSteps,
+            patternName(op->pattern), protoName(op->protocol), algoName(op->algorithm),
+            funcName(op->coll), op->root, launchSeq);
+    writeLine(s);
+}
+
+static void appendInts(std::string &s, const int *v, int n) {
+    s.push_back('[');
+    for (int i = 0; i < n; i++)
+        appendf(s, "%s%d", i ? "," : "", v[i]);
+    s.push_back(']');
+}
+
+static void logTopology(const ncclComm *c) {
+    if (logFd() < 0)
+        return;
+    std::string s;
+    appendf(s,
+            "{\"flow\":\"topology\",\"comm_hash\":\"0x%" PRIx64 "\",\"rank\":%d,\"nranks\":%d,"
+            "\"nchannels\":%d,\"channels\":[",
+            c->commHash, c->rank, c->nRanks, c->nChannels);
+    for (int i = 0; i < c->nChannels; i++) {
+        const ncclChannel *ch = &c->channels[i];
+        appendf(s,
+                "%s{\"channel\":%d,\"ring\":{\"prev\":%d,\"next\":%d,\"userRanks\":", i ? "," : "",
+                ch->id, ch->ring.prev, ch->ring.next);
+        appendInts(s, ch->ring.userRanks, c->nRanks);
+        appendf(s, "},\"tree\":{\"up\":%d,\"down\":", ch->tree.up);
+        appendInts(s, ch->tree.down, NCCL_MAX_TREE_ARITY);
+        appendf(s, "},\"nvls\":{\"out\":%d}}", ch->nvls.out);
+    }
+    s.append("]}");
+    writeLine(s);
+}
+
+// Two ranks per "node": peers on another node are reached through the network (the proxy
+// progresses them); the same node is P2P (no proxy).
+static void *fakeNetProgress(const ncclComm *c, int peer) {
+    static char netProgress; // stands for net.cc's sendProxyProgress / recvProxyProgress
+    return peer >= c->nRanks || peer / 2 != c->rank / 2 ? &netProgress : nullptr;
+}
+
+// Channel c: even channels ring 0,1,..,n-1 and a binary tree by rank; odd channels reversed.
+static int channelRank(const ncclComm *c, int channel, int pos) {
+    return channel % 2 ? c->nRanks - 1 - pos : pos;
+}
+
+static void initChannel(ncclComm *c, int id) {
+    ncclChannel *ch = &c->channels[id];
+    int n = c->nRanks, me = channelRank(c, id, c->rank); // my position (the map is an involution)
+    ch->id = id;
+    ch->ring.prev = channelRank(c, id, (me + n - 1) % n);
+    ch->ring.next = channelRank(c, id, (me + 1) % n);
+    ch->ring.index = me;
+    ch->ring.userRanks = static_cast<int *>(xcalloc(sizeof(int) * static_cast<size_t>(n)));
+    for (int i = 0; i < n; i++)
+        ch->ring.userRanks[i] = channelRank(c, id, (me + i) % n);
+    ch->tree.up = me == 0 ? -1 : channelRank(c, id, (me - 1) / 2);
+    for (int i = 0; i < NCCL_MAX_TREE_ARITY; i++) {
+        int child = 2 * me + 1 + i;
+        ch->tree.down[i] = i < 2 && child < n ? channelRank(c, id, child) : -1;
+    }
+    ch->nvls.out = (c->fakeFlags & FAKE_NCCL_FLAG_NVLS) ? (c->rank + n / 2) % n : -1;
+    ch->nvls.treeUp = -1;
+    for (int &d : ch->nvls.treeDown)
+        d = -1;
+    ch->peers = static_cast<ncclChannelPeer **>(
+        xcalloc(sizeof(ncclChannelPeer *) * static_cast<size_t>(n + 1)));
+    for (int p = 0; p <= n; p++) {
+        ncclChannelPeer *peer = static_cast<ncclChannelPeer *>(xcalloc(sizeof(ncclChannelPeer)));
+        for (int k = 0; k < NCCL_MAX_CONNS; k++) {
+            peer->send[k].proxyConn.proxyProgress = fakeNetProgress(c, p);
+            peer->recv[k].proxyConn.proxyProgress = fakeNetProgress(c, p);
+            peer->send[k].connected = peer->recv[k].connected = 1;
+        }
+        ch->peers[p] = peer;
+    }
+}
+
+static void initTopology(ncclComm *c) {
+    c->nChannels = 20; // channelMaskFor: up to 16 channels from rank % 4
+    for (int i = 0; i < c->nChannels; i++)
+        initChannel(c, i);
+}
+
+static void freeTopology(ncclComm *c) {
+    for (int i = 0; i < c->nChannels; i++) {
+        ncclChannel *ch = &c->channels[i];
+        for (int p = 0; p <= c->nRanks; p++)
+            free(ch->peers[p]);
+        free(ch->peers);
+        free(ch->ring.userRanks);
+    }
+}
+
+// The IPA-SRA clone of SaveProxy, as in 2.28.9: (comm, &channel->peers, &channel->id, type, peer,
+// op, connIndex, justInquire). Local, under the clone's name.
+static FAKE_NOIPA ncclResult_t SaveProxy(
+    ncclComm *comm, ncclChannelPeer ***peers, int *channelId, int type, int peer, ncclProxyOp *op,
+    int connIndex,
+    bool *justInquire) __asm__("_ZL9SaveProxyP8ncclCommP11ncclChanneliiP11ncclProxyOpiPb.isra.0");
+
+static ncclResult_t SaveProxy(ncclComm *comm, ncclChannelPeer ***peers, int *channelId, int type,
+                              int peer, ncclProxyOp *op, int connIndex, bool *justInquire) {
+    if (peer < 0)
+        return ncclSuccess;
+    if (*channelId != op->channelId)
+        return ncclInternalError;
+    ncclChannelPeer *peerComm = (*peers)[peer];
+    ncclConnector *connector =
+        type == proxyRecv ? peerComm->recv + connIndex : peerComm->send + connIndex;
+    if (connector->proxyConn.proxyProgress == nullptr)
+        return ncclSuccess; // P2P / NVLink: nothing for the proxy
+    if (justInquire != nullptr) {
+        *justInquire = true;
+        return ncclSuccess;
+    }
+    op->peer = peer;
+    const ncclChannel *ch = reinterpret_cast<const ncclChannel *>(
+        reinterpret_cast<const char *>(peers) - offsetof(ncclChannel, peers));
+    logSteps(comm, ch, op, type, peer, connIndex);
+    FAKE_KEEP_FRAME();
+    return ncclSuccess;
+}
+
+// NCCL's NeedProxy: in a pipeline (chain) one end does not receive and the other does not send.
+static bool needProxy(int type, int pattern, int root, const ncclRing *ring, int nranks) {
+    if (pattern == ncclPatternRing || pattern == ncclPatternRingTwice)
+        return true;
+    int index = pattern == ncclPatternPipelineFrom ? (type == proxyRecv ? 0 : 1)
+                                                   : (type == proxyRecv ? nranks - 1 : 0);
+    return ring->userRanks[index] != root;
+}
+
+// Internal, hidden, not a clone: _Z15ncclProxySaveOpP8ncclCommP11ncclProxyOpPb.
+FAKE_NOIPA ncclResult_t ncclProxySaveOp(ncclComm *comm, ncclProxyOp *op, bool *justInquire) {
+    ncclChannel *channel = &comm->channels[op->channelId];
+    ncclChannelPeer ***peers = &channel->peers;
+    int *id = &channel->id;
+    ncclResult_t rc = ncclSuccess;
+    if (justInquire != nullptr)
+        *justInquire = false;
+    switch (op->pattern) {
+    case ncclPatternRing:
+    case ncclPatternRingTwice:
+    case ncclPatternPipelineFrom:
+    case ncclPatternPipelineTo: {
+        const ncclRing *ring = &channel->ring;
+        if (needProxy(proxyRecv, op->pattern, op->root, ring, comm->nRanks))
+            rc = SaveProxy(comm, peers, id, proxyRecv, ring->prev, op, 0, justInquire);
+        if (rc == ncclSuccess && needProxy(proxySend, op->pattern, op->root, ring, comm->nRanks))
+            rc = SaveProxy(comm, peers, id, proxySend, ring->next, op, 0, justInquire);
+        break;
+    }
+    case ncclPatternTreeUp:
+    case ncclPatternTreeDown:
+    case ncclPatternTreeUpDown: {
+        const ncclTree *tree = &channel->tree;
+        if (op->pattern != ncclPatternTreeDown) {
+            for (int i = 0; i < NCCL_MAX_TREE_ARITY && rc == ncclSuccess; i++)
+                rc = SaveProxy(comm, peers, id, proxyRecv, tree->down[i], op, 0, justInquire);
+            if (rc == ncclSuccess)
+                rc = SaveProxy(comm, peers, id, proxySend, tree->up, op, 0, justInquire);
+        }
+        if (op->pattern != ncclPatternTreeUp) {
+            for (int i = 0; i < NCCL_MAX_TREE_ARITY && rc == ncclSuccess; i++)
+                rc = SaveProxy(comm, peers, id, proxySend, tree->down[i], op, 0, justInquire);
+            if (rc == ncclSuccess)
+                rc = SaveProxy(comm, peers, id, proxyRecv, tree->up, op, 0, justInquire);
+        }
+        break;
+    }
+    case ncclPatternNvls:
+        rc = SaveProxy(comm, peers, id, proxyRecv, channel->nvls.out, op, 0, justInquire);
+        if (rc == ncclSuccess)
+            rc = SaveProxy(comm, peers, id, proxySend, channel->nvls.out, op, 0, justInquire);
+        break;
+    case ncclPatternSend:
+    case ncclPatternRecv:
+        if (op->root == comm->rank)
+            return ncclSuccess;
+        rc = SaveProxy(comm, peers, id, op->pattern == ncclPatternSend ? proxySend : proxyRecv,
+                       op->root, op, 1, justInquire);
+        break;
+    default:
+        break; // PAT, CollNet: not modelled
+    }
+    FAKE_KEEP_FRAME();
+    return rc;
+}
+
+// NCCL's addProxyOpIfNeeded: queue a copy of the op when the proxy has work for it.
+static void addProxyOpIfNeeded(ncclComm *comm, ncclKernelPlan *plan, const ncclProxyOp *op) {
+    bool needed = true;
+    ncclProxySaveOp(comm, const_cast<ncclProxyOp *>(op), &needed);
+    if (!needed)
+        return;
+    ncclProxyOp *q = static_cast<ncclProxyOp *>(xcalloc(sizeof(ncclProxyOp)));
+    *q = *op;
+    intruEnqueue(&plan->proxyOpQueue, q);
+    plan->hasProxyOps = true;
+}
+
+static int collPattern(const ncclTaskColl *t) {
+    if (t->algorithm == NCCL_ALGO_NVLS)
+        return ncclPatternNvls;
+    if (t->algorithm == NCCL_ALGO_TREE)
+        return t->func == ncclFuncReduce      ? ncclPatternTreeUp
+               : t->func == ncclFuncBroadcast ? ncclPatternTreeDown
+                                              : ncclPatternTreeUpDown;
+    if (t->algorithm != NCCL_ALGO_RING)
+        return -1; // PAT: not modelled
+    switch (t->func) {
+    case ncclFuncAllReduce:
+        return ncclPatternRingTwice;
+    case ncclFuncBroadcast:
+        return ncclPatternPipelineFrom;
+    case ncclFuncReduce:
+        return ncclPatternPipelineTo;
+    default:
+        return ncclPatternRing;
+    }
+}
+
+// Steps per channel for the pattern, the model's: a ring's n-1 hops (twice for all-reduce), one
+// chunk for pipelines, trees and NVLS; chunkSteps steps per chunk.
+static int patternSteps(int pattern, int nranks, int chunkSteps) {
+    int hops = pattern == ncclPatternRing        ? nranks - 1
+               : pattern == ncclPatternRingTwice ? 2 * (nranks - 1)
+                                                 : 1;
+    return (hops < 1 ? 1 : hops) * chunkSteps;
+}
+
+// The i-th set bit of mask (channel id), -1 past the last.
+static int nthChannel(uint64_t mask, int i) {
+    for (int c = 0; c < 64; c++)
+        if ((mask >> c) & 1 && i-- == 0)
+            return c;
+    return -1;
+}
+
+static void fillOp(ncclProxyOp *op, const ncclComm *comm, int protocol, size_t perChannel) {
+    op->protocol = static_cast<uint8_t>(protocol);
+    op->chunkSteps = protocol == NCCL_PROTO_SIMPLE ? 4 : 1;
+    op->sliceSteps = protocol == NCCL_PROTO_SIMPLE ? 2 : 1;
+    op->rank = comm->rank;
+    op->pid = static_cast<int>(getpid());
+    op->peer = -1;
+    if (op->pattern == ncclPatternSend || op->pattern == ncclPatternRecv)
+        op->nsteps = op->chunkSteps;
+    else
+        op->nsteps = patternSteps(op->pattern, comm->nRanks, op->chunkSteps);
+    size_t step = perChannel / static_cast<size_t>(op->nsteps);
+    op->nbytes = static_cast<ssize_t>(step ? step : 1);
+    op->chunkSize = static_cast<size_t>(op->nbytes) * op->chunkSteps;
+}
+
+static void addProxyOps(ncclComm *comm, ncclKernelPlan *plan) {
+    for (ncclTaskColl *t = plan->collTaskQueue.head; t != nullptr; t = t->next) {
+        int pattern = collPattern(t);
+        uint64_t opCount = comm->collOpCount++;
+        if (pattern < 0)
+            continue;
+        for (int i = 0; i < t->nChannels; i++) {
+            ncclProxyOp op = {};
+            op.pattern = static_cast<ncclPattern_t>(pattern);
+            op.opCount = opCount;
+            op.channelId = static_cast<uint8_t>(nthChannel(plan->channelMask, i));
+            op.root = t->func == ncclFuncReduce || t->func == ncclFuncBroadcast ? t->root : 0;
+            op.coll = static_cast<uint8_t>(t->func);
+            op.collAPI = static_cast<uint8_t>(t->func);
+            op.algorithm = static_cast<uint8_t>(t->algorithm);
+            op.dtype = static_cast<uint8_t>(t->datatype);
+            op.redOp = static_cast<uint8_t>(t->opHost);
+            op.nChannels = t->nChannels;
+            op.task.coll = t;
+            fillOp(&op, comm, t->protocol, collBytes(t) / t->nChannels);
+            addProxyOpIfNeeded(comm, plan, &op);
+        }
+    }
+    if (plan->p2pTaskQueue.head == nullptr)
+        return;
+    uint64_t opCount = comm->collOpCount++;
+    for (ncclTaskP2p *t = plan->p2pTaskQueue.head; t != nullptr; t = t->next) {
+        for (int i = 0; i < t->nChannels; i++) {
+            ncclProxyOp op = {};
+            op.pattern = t->func == ncclFuncSend ? ncclPatternSend : ncclPatternRecv;
+            op.opCount = opCount;
+            op.channelId = static_cast<uint8_t>(nthChannel(plan->channelMask, i));
+            op.root = t->root;
+            op.coll = static_cast<uint8_t>(t->func);
+            op.collAPI = static_cast<uint8_t>(t->collAPI);
+            op.algorithm = NCCL_ALGO_RING;
+            op.dtype = static_cast<uint8_t>(t->datatype);
+            op.nChannels = t->nChannels;
+            op.task.p2p = t;
+            fillOp(&op, comm, NCCL_PROTO_SIMPLE, t->bytes / t->nChannels);
+            addProxyOpIfNeeded(comm, plan, &op);
+        }
+    }
+}
+
+// NCCL's hostStreamPlanTask -> uploadProxyOps: after the launch, post every queued op.
+static FAKE_NOIPA void hostStreamPlanTask(ncclComm *comm, ncclKernelPlan *plan) {
+    uint64_t launchSeq = comm->nLaunch - 1;
+    for (ncclProxyOp *op = plan->proxyOpQueue.head; op != nullptr; op = op->enqNext) {
+        logProxyOp(comm, op, launchSeq);
+        ncclProxySaveOp(comm, op, nullptr);
+        FAKE_KEEP_FRAME();
+    }
+}
+
 // Every remaining coll task (call order) and p2p task of the communicator in one plan.
 static ncclKernelPlan *kernelPlan(ncclComm *comm) {
     ncclKernelPlanner *planner = &comm->planner;
@@ -768,6 +1256,7 @@ static ncclKernelPlan *kernelPlan(ncclComm *comm) {
     plan->kernelArgsSize = 4096;
     args->comm = comm;
     args->channelMask = plan->channelMask;
+    addProxyOps(comm, plan);
     return plan;
 }
 
@@ -784,6 +1273,8 @@ static void ncclLaunchPrepare(ncclComm *comm) {
 
 // NCCL's reclaimPlan: the tasks and the plan are gone after the launch.
 static void reclaimPlan(ncclKernelPlan *plan) {
+    while (ncclProxyOp *op = intruDequeue(&plan->proxyOpQueue))
+        poisonFree(op);
     while (ncclTaskColl *t = intruDequeue(&plan->collTaskQueue))
         poisonFree(t);
     while (ncclTaskP2p *t = intruDequeue(&plan->p2pTaskQueue))
@@ -829,6 +1320,8 @@ static FAKE_NOIPA ncclResult_t groupLaunch(ncclComm *head) {
             else
                 rc = ncclLaunchKernel(comm, plan);
             FAKE_KEEP_FRAME();
+            if (rc == ncclSuccess)
+                hostStreamPlanTask(comm, plan);
             if (rc != ncclSuccess && first == ncclSuccess)
                 first = rc;
             reclaimPlan(plan);
@@ -1037,7 +1530,8 @@ extern "C" {
 FAKE_NCCL_API ncclResult_t ncclCommInitRankFakeEx(ncclComm_t *comm, int nranks, int rank,
                                                   unsigned flags, uint64_t id) {
     if (comm == nullptr || nranks < 1 || rank < 0 || rank >= nranks ||
-        (flags & ~static_cast<unsigned>(FAKE_NCCL_FLAG_SYMMETRIC | FAKE_NCCL_FLAG_CE)) != 0)
+        (flags & ~static_cast<unsigned>(FAKE_NCCL_FLAG_SYMMETRIC | FAKE_NCCL_FLAG_CE |
+                                        FAKE_NCCL_FLAG_NVLS)) != 0)
         return ncclInvalidArgument;
     ncclComm *c = static_cast<ncclComm *>(calloc(1, sizeof(ncclComm)));
     if (c == nullptr)
@@ -1054,13 +1548,10 @@ FAKE_NCCL_API ncclResult_t ncclCommInitRankFakeEx(ncclComm_t *comm, int nranks, 
     snprintf(c->commIdText, sizeof(c->commIdText), "fake-%" PRIu64 "-%d", id, nranks);
     c->nNodes = 1;
     c->localRank = rank;
-    for (int i = 0; i < MAXCHANNELS; i++) {
-        c->channels[i].id = i;
-        c->channels[i].ring.prev = (rank + nranks - 1) % nranks;
-        c->channels[i].ring.next = (rank + 1) % nranks;
-    }
+    initTopology(c);
     *comm = c;
     logCommInit(c);
+    logTopology(c);
     return ncclSuccess;
 }
 
@@ -1082,6 +1573,7 @@ FAKE_NCCL_API ncclResult_t ncclCommDestroy(ncclComm_t comm) {
                 ptrValue(comm));
         writeLine(s);
     }
+    freeTopology(comm);
     memset(static_cast<void *>(comm), kPoison, sizeof(*comm));
     free(comm);
     return ncclSuccess;

@@ -72,6 +72,8 @@ enum {
     /* AllGather runs on the copy engines: ncclLaunchCeColl instead of ncclLaunchKernel,
      * plan->isCeColl, plan->ceCollArgs filled, empty task queues. */
     FAKE_NCCL_FLAG_CE = 1u << 1,
+    /* AllReduce runs as NVLS (pattern NVLS, peer nvls.out = (rank + nranks/2) % nranks). */
+    FAKE_NCCL_FLAG_NVLS = 1u << 2,
 };
 
 /* Test-double only: creates communicator `rank` of `nranks` (no bootstrap, no GPU). commHash is

@@ -75,6 +75,7 @@ enum scenario {
     SC_ALLTOALL,
     SC_REDUCE_BCAST,
     SC_MIXED_GROUP,
+    SC_FLOWS,
     SC_COUNT,
 };
 
@@ -87,6 +88,7 @@ static const char *const scenario_names[SC_COUNT] = {
     [SC_ALLTOALL] = "alltoall",
     [SC_REDUCE_BCAST] = "reduce-bcast",
     [SC_MIXED_GROUP] = "mixed-group",
+    [SC_FLOWS] = "flows",
 };
 
 /* Communicator ids (commHash = mix(id, nranks)) and flags per scenario. */
@@ -96,6 +98,8 @@ enum {
     ID_TWO_COMMS_B = 2,
     ID_SYMMETRIC = 3,
     ID_CE = 4,
+    ID_FLOWS_NVLS = 5,
+    ID_FLOWS = 6,
 };
 
 /* The NCCL entry points in use: the fake's (linked) or the real library's (dlsym). */
@@ -334,6 +338,51 @@ NOINLINE void mixed_exchange(ncclComm_t comm) {
     KEEP_FRAME();
 }
 
+/* ---- flows: every proxy pattern the double models, on two communicators (comm: NVLS, flows_comm:
+ * nranks + 2 ranks, ring / tree / pipeline / p2p) ---- */
+
+static ncclComm_t flows_comm;
+static int my_rank, flows_nranks;
+
+NOINLINE void flows_collectives(ncclComm_t comm) {
+    /* RING_TWICE, TREE_UP_DOWN, RING (all-gather, reduce-scatter), PIPELINE_FROM, TREE_DOWN,
+     * PIPELINE_TO, TREE_UP */
+    check(OP_ALL_REDUCE, ncclAllReduce(BUF(0x91000), BUF(0x92000), 4096, ncclFloat32, ncclSum, comm,
+                                       STREAM(0x5090)));
+    check(OP_ALL_REDUCE, ncclAllReduce(BUF(0x91000), BUF(0x92000), 524288, ncclFloat32, ncclSum,
+                                       comm, STREAM(0x5090)));
+    check(OP_ALL_GATHER,
+          ncclAllGather(BUF(0x93000), BUF(0x94000), 65536, ncclFloat32, comm, STREAM(0x5090)));
+    check(OP_REDUCE_SCATTER, ncclReduceScatter(BUF(0x95000), BUF(0x96000), 32768, ncclFloat32,
+                                               ncclSum, comm, STREAM(0x5090)));
+    check(OP_BROADCAST,
+          ncclBroadcast(BUF(0x97000), BUF(0x98000), 8192, ncclFloat32, 0, comm, STREAM(0x5090)));
+    check(OP_BROADCAST,
+          ncclBroadcast(BUF(0x97000), BUF(0x98000), 524288, ncclFloat32, 0, comm, STREAM(0x5090)));
+    check(OP_REDUCE, ncclReduce(BUF(0x99000), BUF(0x9a000), 8192, ncclFloat32, ncclSum, last_rank,
+                                comm, STREAM(0x5090)));
+    check(OP_REDUCE, ncclReduce(BUF(0x99000), BUF(0x9a000), 524288, ncclFloat32, ncclSum, 0, comm,
+                                STREAM(0x5090)));
+    KEEP_FRAME();
+}
+
+NOINLINE void flows_p2p(ncclComm_t comm) {
+    int nranks = flows_nranks, rank = my_rank;
+    check(OP_GROUP_START, ncclGroupStart());
+    check(OP_SEND,
+          ncclSend(BUF(0x9b000), 65536, ncclFloat32, (rank + 1) % nranks, comm, STREAM(0x5091)));
+    check(OP_RECV, ncclRecv(BUF(0x9c000), 65536, ncclFloat32, (rank + nranks - 1) % nranks, comm,
+                            STREAM(0x5091)));
+    check(OP_GROUP_END, ncclGroupEnd());
+    KEEP_FRAME();
+}
+
+NOINLINE void flows_nvls(ncclComm_t comm) {
+    check(OP_ALL_REDUCE, ncclAllReduce(BUF(0x9d000), BUF(0x9e000), 8192, ncclFloat32, ncclSum, comm,
+                                       STREAM(0x5092)));
+    KEEP_FRAME();
+}
+
 NOINLINE void train_step(ncclComm_t comm) {
     switch (scenario) {
     case SC_LOOP:
@@ -390,6 +439,14 @@ NOINLINE void train_step(ncclComm_t comm) {
         break;
     case SC_MIXED_GROUP:
         mixed_exchange(comm);
+        KEEP_FRAME();
+        break;
+    case SC_FLOWS:
+        flows_collectives(flows_comm);
+        KEEP_FRAME();
+        flows_p2p(flows_comm);
+        KEEP_FRAME();
+        flows_nvls(comm);
         KEEP_FRAME();
         break;
     case SC_COUNT:
@@ -542,16 +599,22 @@ int main(int argc, char **argv) {
     } else {
         unsigned flags = scenario == SC_SYMMETRIC ? FAKE_NCCL_FLAG_SYMMETRIC
                          : scenario == SC_CE      ? FAKE_NCCL_FLAG_CE
+                         : scenario == SC_FLOWS   ? FAKE_NCCL_FLAG_NVLS
                                                   : 0;
         uint64_t id = scenario == SC_TWO_COMMS   ? ID_TWO_COMMS_A
                       : scenario == SC_SYMMETRIC ? ID_SYMMETRIC
                       : scenario == SC_CE        ? ID_CE
+                      : scenario == SC_FLOWS     ? ID_FLOWS_NVLS
                                                  : ID_DEFAULT;
         comm = make_comm((int)nranks, (int)rank, flags, id);
         peer = (int)((rank + 1) % nranks);
         last_rank = (int)nranks - 1;
         if (scenario == SC_TWO_COMMS)
             second.comm = make_comm((int)nranks + 2, (int)rank, 0, ID_TWO_COMMS_B);
+        my_rank = (int)rank;
+        flows_nranks = (int)nranks + 2;
+        if (scenario == SC_FLOWS)
+            flows_comm = make_comm(flows_nranks, (int)rank, 0, ID_FLOWS);
     }
 
     if (wait_signal)
@@ -593,6 +656,8 @@ int main(int argc, char **argv) {
         printf("real_nccl fn=ncclAllReduce rc=%d\n", (int)last_all_reduce_rc);
     } else {
         ncclCommDestroy(comm);
+        if (flows_comm)
+            ncclCommDestroy(flows_comm);
         if (second.comm)
             ncclCommDestroy(second.comm);
     }

@@ -14,6 +14,7 @@
 
 #include "attach/dwarf_layout.h"
 #include "attach/elfscan.h"
+#include "attach/nccl_flow_layout.h"
 #include "attach/nccl_layout.h"
 #include "attach/probes.h"
 #include "attach/process.h"
@@ -616,6 +617,84 @@ static void test_nccl_dwarf_layout(void) {
         CHECK(np_dwarf_fields("/usr/bin/true", &self, 1, none) == -ENODATA);
 }
 
+/* The flow layout (--nccl-flows) of the toolkit's real libnccl.so.2 (2.28.9):
+ * every offset against the notes' gdb/pahole/disassembly reading (shared
+ * notes nccl.md section 4), the SaveProxy IPA-SRA clone and ncclProxySaveOp
+ * at their nm addresses, and ncclPattern_t's names from its DWARF. */
+static void test_nccl_flow_layout(void) {
+    const char *lib = "/usr/local/cuda/lib64/libnccl.so.2";
+    if (access(lib, R_OK) != 0) {
+        printf("skipped: no toolkit libnccl.so.2\n");
+        return;
+    }
+    static struct np_flow_layout l;
+    static const struct {
+        enum np_flow_field f;
+        int64_t offset;
+        uint32_t size; /* 0: not checked */
+    } want[] = {
+        {NPFF_OP_NBYTES, 8, 8},
+        {NPFF_OP_OPCOUNT, 16, 8},
+        {NPFF_OP_ROOT, 24, 4},
+        {NPFF_OP_NSTEPS, 32, 4},
+        {NPFF_OP_CHUNKSIZE, 40, 8},
+        {NPFF_OP_SLICESTEPS, 80, 1},
+        {NPFF_OP_CHUNKSTEPS, 81, 1},
+        {NPFF_OP_CHANNEL, 82, 1},
+        {NPFF_OP_COLL, 85, 1},
+        {NPFF_OP_PATTERN, 87, 1},
+        {NPFF_OP_PROTOCOL, 88, 1},
+        {NPFF_OP_ALGORITHM, 89, 1},
+        {NPFF_OP_NCHANNELS, 160, 4},
+        {NPFF_CH_SIZE, 0, 408},
+        {NPFF_CH_PEERS, 0, 8},
+        {NPFF_CH_RING_PREV, 24, 4},
+        {NPFF_CH_RING_NEXT, 28, 4},
+        {NPFF_CH_RING_USER_RANKS, 32, 8},
+        {NPFF_CH_TREE_UP, 60, 4},
+        {NPFF_CH_TREE_DOWN, 64, 12},
+        {NPFF_CH_COLLNET_CHAIN_UP, 80, 4},
+        {NPFF_CH_COLLNET_DIRECT_OUT, 100, 4},
+        {NPFF_CH_NVLS_OUT, 204, 4},
+        {NPFF_CH_ID, 364, 4},
+        {NPFF_PEER_SEND, 0, 464},
+        {NPFF_PEER_RECV, 464, 464},
+        {NPFF_CONN_SIZE, 0, 232},
+        {NPFF_CONN_PROXY_PROGRESS, 48, 8},
+        {NPFF_COMM_CHANNELS, 0xa0, 64 * 408},
+        {NPFF_COMM_NCHANNELS, 0x104600, 4},
+    };
+    np_flow_layout_load(lib, &l);
+    CHECK(l.status == 0);
+    CHECK(l.missing[0] == '\0');
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        const struct np_field *f = &l.f[want[i].f];
+        if (f->offset == want[i].offset && (!want[i].size || f->size == want[i].size)) {
+            passed++;
+            continue;
+        }
+        failed++;
+        fprintf(stderr, "FAIL flow layout %s: got %lld (%u bytes), want %lld (%u)\n",
+                np_flow_field_name(want[i].f), (long long)f->offset, f->size,
+                (long long)want[i].offset, want[i].size);
+    }
+    CHECK(l.sym_vaddr[NP_FLOW_SYM_SAVE_PROXY] == 0x96af0);
+    CHECK(l.save_proxy_clone);
+    CHECK(l.sym_vaddr[NP_FLOW_SYM_SAVE_OP] == 0x9ce70);
+    CHECK(l.patterns_from_dwarf);
+    CHECK(strcmp(l.pattern[0], "RING") == 0 && strcmp(l.pattern[1], "RING_TWICE") == 0 &&
+          strcmp(l.pattern[6], "TREE_UP_DOWN") == 0 && strcmp(l.pattern[14], "RECV") == 0 &&
+          strcmp(l.pattern[2], "PIPELINE_FROM") == 0 && strcmp(l.pattern[11], "PAT_UP") == 0);
+    char name[24];
+    np_flow_pattern_name("ncclPatternNvlsTree", name, sizeof(name));
+    CHECK(strcmp(name, "NVLS_TREE") == 0);
+    /* no DWARF: flows absent, said so */
+    if (access("/usr/bin/true", R_OK) == 0) {
+        np_flow_layout_load("/usr/bin/true", &l);
+        CHECK(l.status == -ENODATA && strstr(l.missing, "no debug info") != NULL);
+    }
+}
+
 static void put_bytes(uint8_t *buf, size_t at, uint64_t v, size_t n) {
     memcpy(buf + at, &v, n); /* little-endian */
 }
@@ -1131,6 +1210,7 @@ int main(void) {
     test_graphs();
     test_graph_identity();
     test_nccl_dwarf_layout();
+    test_nccl_flow_layout();
     test_nccl_plan_decode();
     test_nccl_plan_versions();
     test_nccl_names();

@@ -1,0 +1,151 @@
+/* nccl_flows_attach.c - attaches the --nccl-flows probes of one libnccl
+ * and writes its flow_cfg row (see nccl_flows_attach.h). */
+#define _GNU_SOURCE
+#include "attach/nccl_flows_attach.h"
+
+#include <bpf/libbpf.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lib/util.h"
+#include "nccl_flows.skel.h"
+
+void np_flow_attacher_init(struct np_flow_attacher *fa, struct nccl_flows_bpf *skel) {
+    memset(fa, 0, sizeof(*fa));
+    fa->skel = skel;
+    fa->nlibs = 1;
+}
+
+static uint32_t off32(const struct np_flow_layout *l, enum np_flow_field f) {
+    return l->f[f].offset >= 0 && l->f[f].offset <= UINT32_MAX ? (uint32_t)l->f[f].offset : 0;
+}
+
+/* The ncclProxyOp span the decoder reads: from its lowest to its highest field. */
+static int op_span(const struct np_flow_layout *l, uint32_t *lo, uint32_t *len) {
+    int64_t start = -1, end = -1;
+    for (int i = NPFF_OP_OPCOUNT; i <= NPFF_OP_NCHANNELS; i++) {
+        const struct np_field *f = &l->f[i];
+        if (f->offset < 0)
+            continue;
+        if (start < 0 || f->offset < start)
+            start = f->offset;
+        if (f->offset + (f->size ? f->size : 1) > end)
+            end = f->offset + (f->size ? f->size : 1);
+    }
+    if (start < 0 || end - start > NP_FLOW_OP_BYTES)
+        return -E2BIG;
+    *lo = (uint32_t)start;
+    *len = (uint32_t)(end - start);
+    return 0;
+}
+
+static uint32_t opt32(const struct np_flow_layout *l, enum np_flow_field f) {
+    return l->f[f].offset >= 0 && l->f[f].offset <= UINT32_MAX ? (uint32_t)l->f[f].offset
+                                                               : NP_FLOW_NO_FIELD;
+}
+
+/* The channel topology BPF copies at a communicator's first op: ring.prev .. tree.down as one
+ * span, the optional NVLS / CollNet peers, the ring's user ranks through their pointer. */
+static int topo_cfg(const struct np_nccl_layout *nccl, const struct np_flow_layout *l,
+                    struct np_flow_cfg *c) {
+    static const enum np_flow_field span[] = {NPFF_CH_RING_PREV, NPFF_CH_RING_NEXT, NPFF_CH_TREE_UP,
+                                              NPFF_CH_TREE_DOWN};
+    int64_t lo = -1, hi = -1;
+    for (size_t i = 0; i < sizeof(span) / sizeof(span[0]); i++) {
+        const struct np_field *f = &l->f[span[i]];
+        if (lo < 0 || f->offset < lo)
+            lo = f->offset;
+        if (f->offset + f->size > hi)
+            hi = f->offset + f->size;
+    }
+    if (lo < 0 || hi - lo > NP_FLOW_CH_SPAN || nccl->f[NPF_NRANKS].offset < 0)
+        return -E2BIG;
+    c->ch_span_lo = (uint32_t)lo;
+    c->ch_span_len = (uint32_t)(hi - lo);
+    c->comm_channels = off32(l, NPFF_COMM_CHANNELS);
+    c->comm_nchannels = off32(l, NPFF_COMM_NCHANNELS);
+    c->comm_nranks = (uint32_t)nccl->f[NPF_NRANKS].offset;
+    c->ch_size = l->f[NPFF_CH_SIZE].size;
+    c->ch_user_ranks = off32(l, NPFF_CH_RING_USER_RANKS);
+    c->ch_nvls_out = opt32(l, NPFF_CH_NVLS_OUT);
+    c->ch_chain_up = opt32(l, NPFF_CH_COLLNET_CHAIN_UP);
+    c->ch_direct_out = opt32(l, NPFF_CH_COLLNET_DIRECT_OUT);
+    return 0;
+}
+
+static int build_cfg(const struct np_nccl_layout *nccl, const struct np_flow_layout *l,
+                     struct np_flow_cfg *c) {
+    memset(c, 0, sizeof(*c));
+    int err = op_span(l, &c->op_lo, &c->op_len);
+    if (err)
+        return err;
+    if (!nccl->comm_ok || nccl->cfg.comm_len > NP_FLOW_COMM_BYTES)
+        return -E2BIG;
+    c->comm_lo = nccl->cfg.comm_lo;
+    c->comm_len = nccl->cfg.comm_len;
+    c->ch_peers = off32(l, NPFF_CH_PEERS);
+    c->ch_id = off32(l, NPFF_CH_ID);
+    c->ch_tree_up = off32(l, NPFF_CH_TREE_UP);
+    c->peer_send = off32(l, NPFF_PEER_SEND);
+    c->peer_recv = off32(l, NPFF_PEER_RECV);
+    c->conn_size = l->f[NPFF_CONN_SIZE].size;
+    c->conn_progress = off32(l, NPFF_CONN_PROXY_PROGRESS);
+    return topo_cfg(nccl, l, c);
+}
+
+static struct bpf_link *attach_one(struct bpf_program *prog, pid_t pid, const char *binary,
+                                   uint64_t file_offset, uint64_t cookie, int *err) {
+    LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = cookie);
+    struct bpf_link *link =
+        bpf_program__attach_uprobe_opts(prog, pid, binary, (size_t)file_offset, &opts);
+    *err = link ? 0 : -errno;
+    return link;
+}
+
+int np_flow_attach_library(struct np_flow_attacher *fa, pid_t pid, const char *binary,
+                           const char *target_path, const struct np_nccl_layout *nccl,
+                           const struct np_flow_layout *flow) {
+    if (fa->nlibs >= NP_FLOW_MAX_LIBS)
+        return -ENOSPC;
+    uint32_t slot = fa->nlibs++;
+    struct np_flow_lib *lib = &fa->libs[slot];
+    struct np_flow_cfg cfg;
+    lib->pid = pid;
+    snprintf(lib->path, sizeof(lib->path), "%s", target_path);
+    lib->nccl = nccl;
+    lib->flow = flow;
+    lib->err = flow->status ? flow->status : build_cfg(nccl, flow, &cfg);
+    if (lib->err)
+        return (int)slot;
+    if (bpf_map__update_elem(fa->skel->maps.flow_cfg, &slot, sizeof(slot), &cfg, sizeof(cfg),
+                             BPF_ANY) < 0) {
+        lib->err = -errno;
+        return (int)slot;
+    }
+    enum np_flow_probe proxy_kind =
+        flow->save_proxy_clone ? NP_FLOW_PROBE_SAVE_PROXY_ISRA : NP_FLOW_PROBE_SAVE_PROXY;
+    lib->links[0] = attach_one(fa->skel->progs.np_flow_save_op, pid, binary,
+                               flow->sym_offset[NP_FLOW_SYM_SAVE_OP],
+                               NP_FLOW_COOKIE(NP_FLOW_PROBE_SAVE_OP, slot), &lib->err);
+    if (!lib->err)
+        lib->links[1] = attach_one(fa->skel->progs.np_flow_save_proxy, pid, binary,
+                                   flow->sym_offset[NP_FLOW_SYM_SAVE_PROXY],
+                                   NP_FLOW_COOKIE(proxy_kind, slot), &lib->err);
+    if (lib->err)
+        np_warn("pid %d: cannot probe NCCL's proxy flows in %s: %s", pid, target_path,
+                strerror(-lib->err));
+    return (int)slot;
+}
+
+const struct np_flow_lib *np_flow_lib_of(const struct np_flow_attacher *fa, uint32_t slot) {
+    return slot > 0 && slot < fa->nlibs ? &fa->libs[slot] : NULL;
+}
+
+void np_flow_attacher_destroy(struct np_flow_attacher *fa) {
+    for (uint32_t i = 1; i < fa->nlibs; i++)
+        for (int k = 0; k < 2; k++) {
+            bpf_link__destroy(fa->libs[i].links[k]);
+            fa->libs[i].links[k] = NULL;
+        }
+}

@@ -1,0 +1,47 @@
+/* nccl_flows_attach.h - the --nccl-flows probes of each libnccl a target
+ * maps: ncclProxySaveOp and SaveProxy (or its .isra clone) from the flow
+ * layout (nccl_flow_layout.h), attached with bpf/nccl_flows.bpf.c's
+ * programs, and the library's slot in BPF's flow_cfg (offsets). A slot per
+ * (process, library): the ring records name their slot, which gives user
+ * space the layouts to decode them with. */
+#ifndef NP_NCCL_FLOWS_ATTACH_H
+#define NP_NCCL_FLOWS_ATTACH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "attach/nccl_flow_layout.h"
+#include "attach/nccl_layout.h"
+#include "ncclprobe/flows.h"
+
+struct nccl_flows_bpf;
+struct bpf_link;
+
+struct np_flow_lib {
+    pid_t pid;
+    char path[256];
+    const struct np_nccl_layout *nccl; /* owned by the attacher's file cache */
+    const struct np_flow_layout *flow; /* ditto */
+    struct bpf_link *links[2];         /* save op, save proxy */
+    int err;                           /* negative errno: not attached (flow->missing says why) */
+};
+
+struct np_flow_attacher {
+    struct nccl_flows_bpf *skel;
+    struct np_flow_lib libs[NP_FLOW_MAX_LIBS]; /* slot = index; [0] unused */
+    uint32_t nlibs;                            /* slots used, 1.. */
+};
+
+void np_flow_attacher_init(struct np_flow_attacher *fa, struct nccl_flows_bpf *skel);
+/* Probes one libnccl of process pid (binary: the path to open it by).
+ * Returns the slot (> 0), or -errno; a library whose flows cannot be read
+ * gets a slot too, with err set, so that summary.json can say why. */
+int np_flow_attach_library(struct np_flow_attacher *fa, pid_t pid, const char *binary,
+                           const char *target_path, const struct np_nccl_layout *nccl,
+                           const struct np_flow_layout *flow);
+const struct np_flow_lib *np_flow_lib_of(const struct np_flow_attacher *fa, uint32_t slot);
+/* Detaches everything. */
+void np_flow_attacher_destroy(struct np_flow_attacher *fa);
+
+#endif

@@ -1,0 +1,130 @@
+/* flows.c - the session's --nccl-flows part: the flow probes' own BPF
+ * object (bpf/nccl_flows.bpf.c), read by the session's ring buffer
+ * manager; each record decoded (ingest/nccl_flows.c) and written
+ * (writers/flows.c), a communicator's topology at its first op. Nothing
+ * of it is loaded without the flag. */
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attach/nccl_flows_attach.h"
+#include "ingest/nccl_flows.h"
+#include "lib/json.h"
+#include "lib/util.h"
+#include "nccl_flows.skel.h"
+#include "session/session.h"
+
+static void on_topology(struct np_session *s, void *data, size_t size) {
+    struct np_flow_topology *t = malloc(sizeof(*t));
+    struct np_flow_rec r;
+    if (!t || np_flow_decode_topology(s->flow_attacher, data, size, &r, t) < 0)
+        np_flows_out_malformed(s->flows_out);
+    else
+        np_flows_out_topology(s->flows_out, &r, t);
+    free(t);
+}
+
+static int on_flow_record(void *ctx, void *data, size_t size) {
+    struct np_session *s = ctx;
+    struct np_flow_rec r;
+    if (!s->flows_out)
+        return 0;
+    if (size >= sizeof(__u32) && *(const __u32 *)data == NP_FLOW_EV_TOPO) {
+        on_topology(s, data, size);
+        return 0;
+    }
+    if (np_flow_decode(s->flow_attacher, data, size, &r) < 0) {
+        np_flows_out_malformed(s->flows_out);
+        return 0;
+    }
+    np_flows_out_write(s->flows_out, &r);
+    return 0;
+}
+
+int np_session_setup_flows(struct np_session *s) {
+    s->flows_skel = nccl_flows_bpf__open_and_load();
+    if (!s->flows_skel) {
+        int err = -errno;
+        np_err("cannot load the NCCL flow probes: %s", strerror(-err));
+        return err;
+    }
+    s->flow_attacher = malloc(sizeof(*s->flow_attacher));
+    if (!s->flow_attacher)
+        return -ENOMEM;
+    np_flow_attacher_init(s->flow_attacher, s->flows_skel);
+    s->attacher.flows = s->flow_attacher;
+    int err =
+        ring_buffer__add(s->rb, bpf_map__fd(s->flows_skel->maps.flow_events), on_flow_record, s);
+    return err < 0 ? err : 0;
+}
+
+int np_session_flows_open(struct np_session *s, const char *dir) {
+    return np_flows_out_open(dir, &s->flows_out);
+}
+
+void np_session_flows_close(struct np_session *s) {
+    if (!s->flows_out)
+        return;
+    np_flows_out_close(s->flows_out, &s->flows_totals);
+    s->flows_out = NULL;
+}
+
+/* flow_counts[which], summed over CPUs. */
+static uint64_t flow_count(struct np_session *s, uint32_t which) {
+    int ncpus = libbpf_num_possible_cpus();
+    if (!s->flows_skel || ncpus <= 0)
+        return 0;
+    uint64_t *vals = calloc((size_t)ncpus, sizeof(*vals)), sum = 0;
+    if (vals &&
+        bpf_map_lookup_elem(bpf_map__fd(s->flows_skel->maps.flow_counts), &which, vals) == 0)
+        for (int i = 0; i < ncpus; i++)
+            sum += vals[i];
+    free(vals);
+    return sum;
+}
+
+static cJSON *library_json(const struct np_flow_lib *lib) {
+    cJSON *o = cJSON_CreateObject();
+    np_json_add_u64(o, "pid", (uint64_t)lib->pid);
+    np_json_add_text(o, "path", lib->path);
+    cJSON_AddBoolToObject(o, "probed", lib->err == 0);
+    cJSON_AddBoolToObject(o, "save_proxy_clone", lib->flow->save_proxy_clone);
+    cJSON_AddBoolToObject(o, "patterns_from_dwarf", lib->flow->patterns_from_dwarf);
+    if (lib->err)
+        np_json_add_text(o, "missing",
+                         lib->flow->missing[0] ? lib->flow->missing : strerror(-lib->err));
+    return o;
+}
+
+cJSON *np_session_flows_json(struct np_session *s) {
+    if (!s->opt.nccl_flows)
+        return NULL;
+    cJSON *o = cJSON_CreateObject();
+    cJSON *libs = cJSON_AddArrayToObject(o, "libraries");
+    for (uint32_t i = 1; s->flow_attacher && i < s->flow_attacher->nlibs; i++)
+        cJSON_AddItemToArray(libs, library_json(&s->flow_attacher->libs[i]));
+    const struct np_flows_totals *t = &s->flows_totals;
+    np_json_add_u64(o, "records_sent", flow_count(s, 0));
+    np_json_add_u64(o, "records_dropped", flow_count(s, 1));
+    np_json_add_u64(o, "ops", t->ops);
+    np_json_add_u64(o, "peers", t->peers);
+    np_json_add_u64(o, "steps", t->steps);
+    np_json_add_u64(o, "file_sets", t->sets);
+    np_json_add_u64(o, "malformed", t->malformed);
+    np_json_add_u64(o, "write_errors", t->write_errors);
+    return o;
+}
+
+void np_session_flows_free(struct np_session *s) {
+    np_session_flows_close(s);
+    if (s->flow_attacher)
+        np_flow_attacher_destroy(s->flow_attacher);
+    free(s->flow_attacher);
+    s->flow_attacher = NULL;
+    s->attacher.flows = NULL;
+    nccl_flows_bpf__destroy(s->flows_skel);
+    s->flows_skel = NULL;
+}

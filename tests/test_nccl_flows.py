@@ -1,0 +1,208 @@
+"""NCCL proxy flows (--nccl-flows): ops, per-step SEND/RECV with their
+peers, and each communicator's channel topology, read from an unpatched
+library through .symtab probes (SaveProxy's .isra clone included) and
+DWARF offsets.
+
+The double (tests/progs/fake_nccl.cc) runs NCCL's proxy path with NCCL's
+names and a layout of its own: ncclProxySaveOp -> SaveProxy per pattern,
+and writes what it posted, step by step, to FAKE_NCCL_LOG ("flow" lines):
+every flow record and topology entry must equal that log, field by field.
+One GPU cannot produce proxy ops (no peers): this is the test there is."""
+
+import json
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from lib.jsonl import read_jsonl
+from lib.paths import PROGS
+from lib.processes import Workload
+from lib.run import record, record_attached, run_ncclprobe
+from lib.skip import needs_bpf
+
+pytestmark = needs_bpf
+
+REAL_NCCL = Path("/usr/local/cuda/lib64/libnccl.so.2")
+FAKE = PROGS / "libfakenccl.so"
+NRANKS, RANK = 4, 1
+
+OP_KEYS = ["opCount", "rank", "nranks", "pid", "channel", "nsteps", "nbytes", "chunkSize",
+           "sliceSteps", "chunkSteps", "pattern", "protocol", "algorithm", "coll", "root", "tid"]
+STEP_KEYS = ["opCount", "rank", "channel", "step", "op", "peer", "bytes", "pattern", "protocol",
+             "stage", "conn_index"]
+# the patterns the double models; NVLS stands for collnet/nvls
+PATTERNS = {"RING", "RING_TWICE", "PIPELINE_FROM", "PIPELINE_TO", "TREE_UP", "TREE_DOWN",
+            "TREE_UP_DOWN", "SEND", "NVLS"}
+
+
+def flow_truth(log):
+    lines = [x for x in read_jsonl(log) if "flow" in x]
+    by = {}
+    for x in lines:
+        by.setdefault((x["flow"], x["comm_hash"]), []).append(x)
+    return by
+
+
+def comm_dirs(rec):
+    return {p.name[len("comm_"):]: p for p in (rec.path / "flows").glob("comm_*")}
+
+
+def hex16(h):
+    return "0x%016x" % int(h, 16)
+
+
+def check_against_truth(rec, log, pid):
+    truth = flow_truth(log)
+    comms = {c for kind, c in truth if kind == "op"}
+    dirs = comm_dirs(rec)
+    assert {hex16(c) for c in comms} == {"0x" + d for d in dirs}
+    patterns = Counter()
+    for comm in comms:
+        d = dirs[hex16(comm)[2:]]
+        ops = read_jsonl(d / f"proxy_flow_rank{RANK}.jsonl")
+        want_ops = truth[("op", comm)]
+        assert len(ops) == len(want_ops)
+        for got, want in zip(ops, want_ops):
+            assert got["comm"] == hex16(comm)
+            assert got["pid"] == pid
+            for key in OP_KEYS:
+                assert got[key] == want[key], (key, got, want)
+            patterns[got["pattern"]] += 1
+        steps = read_jsonl(d / f"flow_steps_rank{RANK}.jsonl")
+        want_steps = truth[("step", comm)]
+        assert len(steps) == len(want_steps)
+        for got, want in zip(steps, want_steps):
+            assert got["comm"] == hex16(comm) and got["nranks"] == want_ops[0]["nranks"]
+            for key in STEP_KEYS:
+                assert got[key] == want[key], (key, got, want)
+        whole = json.loads((d / f"flow_rank{RANK}.json").read_text())
+        assert whole["rank"] == RANK and whole["meta"] == ops[0] and whole["steps"] == steps
+    return truth, patterns
+
+
+def check_topology(rec, truth):
+    for (kind, comm), [want] in ((k, v) for k, v in truth.items() if k[0] == "topology"):
+        path = rec.path / "flows" / f"topology_{hex16(comm)[2:]}_rank{RANK}.json"
+        if not any(k == ("op", comm) for k in truth):
+            continue  # no flow on it: no file set
+        got = json.loads(path.read_text())
+        assert (got["rank"], got["nranks"], got["nchannels"]) == \
+            (want["rank"], want["nranks"], want["nchannels"])
+        assert len(got["channels"]) == want["nchannels"]
+        for g, w in zip(got["channels"], want["channels"]):
+            assert g["channel"] == w["channel"]
+            assert g["ring"] == w["ring"]
+            assert g["tree"] == w["tree"]
+            assert g["nvls"] == w["nvls"]
+
+
+def test_flows_equal_the_library_s_own_log(tmp_path):
+    """Two communicators, every modelled pattern: each proxy op and each
+    step (peer, direction, bytes, stage) as the library posted them."""
+    log = tmp_path / "fake.log"
+    rec = record(tmp_path, ["--nccl-flows", "--", PROGS / "nccl_user", "--scenario", "flows",
+                            "--iters", 2, "--nranks", NRANKS, "--rank", RANK],
+                 env={"FAKE_NCCL_LOG": str(log)})
+    assert rec.returncode == 0, rec.stderr
+    pid = next(x["pid"] for x in rec.jsonl("nccl.jsonl"))
+    truth, patterns = check_against_truth(rec, log, pid)
+    assert set(patterns) == PATTERNS  # the truth covers what the test claims
+    check_topology(rec, truth)
+    fl = rec.summary["nccl_flows"]
+    [lib] = fl["libraries"]
+    assert lib["probed"] and lib["save_proxy_clone"] and lib["patterns_from_dwarf"]
+    n_ops = sum(len(v) for k, v in truth.items() if k[0] == "op")
+    n_steps = sum(len(v) for k, v in truth.items() if k[0] == "step")
+    assert (fl["ops"], fl["steps"], fl["records_dropped"], fl["malformed"]) == \
+        (n_ops, n_steps, 0, 0)
+    # the API-level records are all there too
+    assert len(rec.jsonl("nccl.jsonl")) > 0
+    check_report(rec, truth)
+
+
+def check_report(rec, truth):
+    """`report --flows --json`: per communicator, steps and bytes per peer
+    and channel, ops per channel, steps per pattern and protocol, all
+    totalled from the library's own log; the table names each communicator."""
+    proc = run_ncclprobe(["report", "--flows", "--json", rec.path])
+    assert proc.returncode == 0, proc.stderr
+    got = {c["comm"]: c for c in json.loads(proc.stdout)["communicators"]}
+    comms = {c for kind, c in truth if kind == "op"}
+    assert set(got) == {hex16(c) for c in comms}
+    for comm in comms:
+        peers, channels, patterns = {}, {}, Counter()
+        for x in truth[("step", comm)]:
+            p = peers.setdefault(x["peer"], {"peer": x["peer"], "send_steps": 0, "send_bytes": 0,
+                                             "recv_steps": 0, "recv_bytes": 0})
+            d = "send" if x["op"] == "SEND" else "recv"
+            p[d + "_steps"] += 1
+            p[d + "_bytes"] += x["bytes"]
+            ch = channels.setdefault(x["channel"], {"channel": x["channel"], "ops": 0,
+                                                    "steps": 0, "bytes": 0})
+            ch["steps"] += 1
+            ch["bytes"] += x["bytes"]
+            patterns[(x["pattern"], x["protocol"])] += 1
+        for x in truth[("op", comm)]:
+            channels.setdefault(x["channel"], {"channel": x["channel"], "ops": 0, "steps": 0,
+                                               "bytes": 0})["ops"] += 1
+        g = got[hex16(comm)]
+        assert g["ops"] == len(truth[("op", comm)]) and g["steps"] == len(truth[("step", comm)])
+        assert g["peers"] == [peers[k] for k in sorted(peers)]
+        assert g["channels"] == [channels[k] for k in sorted(channels)]
+        assert {(x["pattern"], x["protocol"]): x["steps"] for x in g["patterns"]} == patterns
+    table = run_ncclprobe(["report", "--flows", rec.path])
+    assert table.returncode == 0 and all(hex16(c) in table.stdout for c in comms)
+    empty = run_ncclprobe(["report", "--flows", rec.path / "flows"])  # not a recording
+    assert empty.returncode == 1 and "--nccl-flows" in empty.stderr
+
+
+def test_communicators_created_before_attach(tmp_path, workloads):
+    """Attached to a running process whose communicators exist already: the
+    same flows and topology, read from their memory."""
+    log = tmp_path / "fake.log"
+    w = Workload([PROGS / "nccl_user", "--scenario", "flows", "--iters", 2, "--nranks", NRANKS,
+                  "--rank", RANK, "--wait-signal"], env={"FAKE_NCCL_LOG": str(log)})
+    workloads.append(w)
+    rec, _, _ = record_attached(tmp_path, w, extra=["--nccl-flows"])
+    assert rec.returncode == 0, rec.stderr
+    truth, patterns = check_against_truth(rec, log, w.proc.pid)
+    assert set(patterns) == PATTERNS
+    check_topology(rec, truth)
+
+
+def test_off_by_default(tmp_path):
+    rec = record(tmp_path, ["--", PROGS / "nccl_user", "--scenario", "flows", "--iters", 1])
+    assert rec.returncode == 0, rec.stderr
+    assert not (rec.path / "flows").exists()
+    assert "nccl_flows" not in rec.summary
+
+
+def test_no_debug_info_no_flows_and_said_so(tmp_path):
+    """Without DWARF the flows are absent, summary.json says why, and the
+    API-level records stay."""
+    lib_dir = tmp_path / "lib"
+    lib_dir.mkdir()
+    subprocess.run(["objcopy", "--strip-debug", FAKE, lib_dir / "libfakenccl.so"], check=True)
+    rec = record(tmp_path, ["--nccl-flows", "--", PROGS / "nccl_user", "--scenario", "flows",
+                            "--iters", 1, "--nranks", NRANKS, "--rank", RANK],
+                 env={"LD_LIBRARY_PATH": str(lib_dir)})
+    assert rec.returncode == 0, rec.stderr
+    [lib] = rec.summary["nccl_flows"]["libraries"]
+    assert not lib["probed"] and "no debug info" in lib["missing"]
+    assert not (rec.path / "flows").exists()
+    assert len(rec.jsonl("nccl.jsonl")) > 0
+
+
+@pytest.mark.skipif(not REAL_NCCL.exists(), reason="no toolkit libnccl.so.2")
+def test_real_libnccl_flow_probes_attach(tmp_path):
+    """The toolkit's libnccl 2.28.9: both flow probes attach (SaveProxy's
+    .isra.11 clone), every offset resolves. It cannot run a collective
+    without a GPU, so no flow is expected."""
+    rec = record(tmp_path, ["--nccl-flows", "--", PROGS / "nccl_user", "--real-nccl", REAL_NCCL,
+                            "--iters", 1])
+    assert rec.returncode == 0, rec.stderr
+    libs = [x for x in rec.summary["nccl_flows"]["libraries"] if "libnccl.so" in x["path"]]
+    assert libs and all(x["probed"] and x["save_proxy_clone"] and x["patterns_from_dwarf"]
+                        for x in libs), libs
