@@ -289,7 +289,7 @@ def test_prometheus_counts_the_launches_of_a_process(tmp_path, prometheus, serve
 
 def test_metrics_series_go_with_the_process_and_restart_with_the_daemon(tmp_path):
     port = free_port()
-    d = http_daemon(tmp_path, port)
+    d = http_daemon(tmp_path, port, ring_buffer="8M")
     w = Launcher(tmp_path)
     try:
         wait_traced(d, w.pid)
@@ -306,6 +306,11 @@ def test_metrics_series_go_with_the_process_and_restart_with_the_daemon(tmp_path
         assert values[("ncclprobe_events_captured_total", frozenset())] >= 40
         assert values[("ncclprobe_targets", frozenset())] >= 1
         assert 0 < values[("ncclprobe_daemon_resident_memory_bytes", frozenset())] < 1 << 34
+        # where records wait: the ring (the configured 8 MiB) and the reader's backlog
+        assert values[("ncclprobe_ring_buffer_size_bytes", frozenset())] == 8 << 20
+        assert 0 <= values[("ncclprobe_ring_buffer_used_bytes", frozenset())] <= 8 << 20
+        assert values[("ncclprobe_reader_backlog_records", frozenset())] >= 0
+        assert values[("ncclprobe_events_dropped_total", frozenset({("reason", "backlog")}))] == 0
 
         # a daemon restart: the new daemon counts from 0, the launches made after it came
         assert d.terminate()[0] == 0

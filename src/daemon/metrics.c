@@ -25,6 +25,7 @@
 #include "daemon/internal.h"
 #include "http/expo.h"
 #include "http/server.h"
+#include "ingest/backlog.h"
 #include "ncclprobe/recording.h"
 #include "session/target.h"
 
@@ -377,6 +378,25 @@ static long rss_bytes(void) {
     return pages * sysconf(_SC_PAGESIZE);
 }
 
+/* Where records wait between BPF and the unwinder: the ring buffer (bytes
+ * BPF wrote that the drain thread has not taken yet) and the reader's
+ * backlog (records taken, not yet unwound). */
+static void render_reader_fill(struct np_session *s, struct np_str *o) {
+    uint64_t used, size;
+    if (np_session_ring_fill(s, &used, &size) == 0) {
+        np_expo_family(o, "ncclprobe_ring_buffer_used_bytes", "gauge",
+                       "bytes of the BPF ring buffer holding records not read yet");
+        np_expo_sample(o, "ncclprobe_ring_buffer_used_bytes", NULL, 0, used);
+        np_expo_family(o, "ncclprobe_ring_buffer_size_bytes", "gauge",
+                       "the BPF ring buffer's size");
+        np_expo_sample(o, "ncclprobe_ring_buffer_size_bytes", NULL, 0, size);
+    }
+    np_expo_family(o, "ncclprobe_reader_backlog_records", "gauge",
+                   "records read from the ring buffer, waiting to be unwound");
+    np_expo_sample(o, "ncclprobe_reader_backlog_records", NULL, 0,
+                   s->ingest.queue ? np_backlog_waiting(&s->ingest.backlog) : 0);
+}
+
 static void render_health(struct daemon *d, struct np_str *o) {
     struct np_session *s = &d->s;
     np_expo_family(o, "ncclprobe_probe_hits_total", "counter", "launch and NCCL probe hits");
@@ -387,13 +407,18 @@ static void render_health(struct daemon *d, struct np_str *o) {
     np_expo_sample(o, "ncclprobe_events_captured_total", NULL, 0,
                    np_session_counter(s, NP_CNT_LAUNCH_SENT));
     np_expo_family(o, "ncclprobe_events_dropped_total", "counter",
-                   "launch and NCCL events lost: ring buffer full, or rate limited");
+                   "launch and NCCL events lost: ring buffer full, reader backlog full, or "
+                   "rate limited");
     const char *l[] = {"reason", "ring_buffer"};
     np_expo_sample(o, "ncclprobe_events_dropped_total", l, 1,
                    np_session_counter(s, NP_CNT_LAUNCH_DROPPED));
     l[1] = "rate_limited";
     np_expo_sample(o, "ncclprobe_events_dropped_total", l, 1,
                    np_session_counter(s, NP_CNT_RATE_LIMITED));
+    l[1] = "backlog";
+    np_expo_sample(o, "ncclprobe_events_dropped_total", l, 1,
+                   s->ingest.queue ? np_backlog_dropped_launches(&s->ingest.backlog) : 0);
+    render_reader_fill(s, o);
     size_t targets = 0, injected = 0;
     for (size_t i = 0; i < s->ntargets; i++) {
         targets += !s->targets[i]->exited;

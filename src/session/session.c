@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -142,6 +143,49 @@ uint64_t np_session_counter(struct np_session *s, __u32 which) {
     return np_session_probe_counter(s->skel->maps.counters, which);
 }
 
+/* The ring's two position pages, mapped from the map itself: libbpf 1.1 has no
+ * call for the fill level. Read-only; the consumer page may be mapped so. */
+static int map_ring_positions(struct np_session *s) {
+    long page = sysconf(_SC_PAGESIZE);
+    int fd = bpf_map__fd(s->skel->maps.events);
+    void *consumer = mmap(NULL, (size_t)page, PROT_READ, MAP_SHARED, fd, 0);
+    if (consumer == MAP_FAILED)
+        return -errno;
+    void *producer = mmap(NULL, (size_t)page, PROT_READ, MAP_SHARED, fd, page);
+    if (producer == MAP_FAILED) {
+        int err = -errno;
+        munmap(consumer, (size_t)page);
+        return err;
+    }
+    s->ring_consumer = consumer;
+    s->ring_producer = producer;
+    return 0;
+}
+
+int np_session_ring_fill(struct np_session *s, uint64_t *used, uint64_t *size) {
+    if (!s->skel)
+        return -ENODEV;
+    if (!s->ring_consumer) {
+        int err = map_ring_positions(s);
+        if (err < 0)
+            return err;
+    }
+    uint64_t consumer = __atomic_load_n(s->ring_consumer, __ATOMIC_ACQUIRE);
+    uint64_t producer = __atomic_load_n(s->ring_producer, __ATOMIC_ACQUIRE);
+    *used = producer > consumer ? producer - consumer : 0;
+    *size = bpf_map__max_entries(s->skel->maps.events);
+    return 0;
+}
+
+static void unmap_ring_positions(struct np_session *s) {
+    long page = sysconf(_SC_PAGESIZE);
+    if (s->ring_consumer)
+        munmap((void *)s->ring_consumer, (size_t)page);
+    if (s->ring_producer)
+        munmap((void *)s->ring_producer, (size_t)page);
+    s->ring_consumer = s->ring_producer = NULL;
+}
+
 static uint64_t records_sent_by_bpf(struct np_session *s) {
     return np_session_counter(s, NP_CNT_LAUNCH_SENT) + np_session_counter(s, NP_CNT_HANDLE_SENT) +
            np_session_counter(s, NP_CNT_MAP_SENT) + np_session_counter(s, NP_CNT_MARKER_SENT) +
@@ -256,6 +300,7 @@ void np_session_free(struct np_session *s) {
         np_attacher_destroy(&s->attacher);
     np_drain_stop(s->drain); /* before the ring it reads */
     s->drain = NULL;
+    unmap_ring_positions(s);
     ring_buffer__free(s->rb);
     s->rb = NULL;
     np_session_flows_free(s);

@@ -67,6 +67,9 @@ struct np_session {
     struct ncclprobe_bpf *skel;
     struct ring_buffer *rb;
     struct np_drain *drain; /* empties rb into the reader's backlog; NULL: none (rb read here) */
+    /* The ring's consumer and producer positions, mapped read-only on the first
+     * np_session_ring_fill (NULL until then). */
+    const uint64_t *ring_consumer, *ring_producer;
     struct np_attacher attacher;
     struct np_target **targets;
     size_t ntargets;
@@ -147,6 +150,9 @@ int np_session_setup_gpu(struct np_session *s);
  * launches whose records stopped coming, clients that never said hello. */
 void np_session_gpu_tick(struct np_session *s, bool ring_read);
 uint64_t np_session_counter(struct np_session *s, __u32 which);
+/* How many bytes of the BPF ring buffer hold records not yet read (*used), of
+ * its *size: 0, or -errno when its pages cannot be mapped. */
+int np_session_ring_fill(struct np_session *s, uint64_t *used, uint64_t *size);
 /* Sums a per-CPU per-probe counter map (probe_hits, probe_drops, probe_limited). */
 uint64_t np_session_probe_counter(struct bpf_map *map, uint32_t id);
 uint64_t np_session_records_received(const struct np_session *s);
