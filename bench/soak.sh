@@ -2,7 +2,7 @@
 # bench/soak.sh [BUILD] - the daemon always on over 100 million launches from processes that
 # come and go (issue 24; bench/soak.py says what is measured and checked).
 #
-# Builds BUILD/bench/launch_loop (as daemon.sh does), then runs bench/soak.py and appends its
+# Builds BUILD/bench/launch_loop (bench/lib.sh), then runs bench/soak.py and appends its
 # table to bench/results-soak.md. Exit 1 when any process's launches and the launches its
 # output sets count differ. About 35 minutes per 100M launches at the default rates.
 #
@@ -19,17 +19,10 @@ CC=${CC:-gcc}
 [ "$(id -u)" = 0 ] || { echo "bench/soak.sh: needs root (BPF, uprobes)" >&2; exit 1; }
 [ -x "$BUILD/ncclprobe" ] || { echo "bench/soak.sh: $BUILD/ncclprobe not built (run make)" >&2; exit 1; }
 
+# shellcheck source=bench/lib.sh
+. "$HERE/lib.sh"
 BUILD_ABS=$(cd "$BUILD" && pwd)
-RPATH=()
-[ -e "$BUILD_ABS/progs/libcuda.so.1" ] && RPATH+=("-Wl,-rpath,$BUILD_ABS/progs")
-RPATH+=("-Wl,-rpath,$CUDA_HOME/lib64")
-mkdir -p "$BUILD_ABS/bench"
-LOOP="$BUILD_ABS/bench/launch_loop"
-if [ ! -x "$LOOP" ] || [ "$HERE/launch_loop.c" -nt "$LOOP" ]; then
-    "$CC" -std=c11 -O2 -g -fno-omit-frame-pointer -Wall -Wextra -Werror \
-        -I"$CUDA_HOME/include" "$HERE/launch_loop.c" -o "$LOOP" \
-        -L"$CUDA_HOME/lib64" -lcudart "${RPATH[@]}"
-fi
+LOOP=$(launch_loop_build "$BUILD_ABS")
 
 # shellcheck disable=SC2086
 exec /usr/bin/python3 "$HERE/soak.py" --build "$BUILD" --launch-loop "$LOOP" \

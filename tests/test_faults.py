@@ -26,19 +26,14 @@ import pytest
 
 from lib.paths import NCCLPROBE, PROGS
 from lib.processes import thread_lines, wait_for, Workload
-from lib.run import Attached, attach_and_go, record, record_attached, run_ncclprobe, sanitizer_said
+from lib.run import (assert_consistent_totals, Attached, attach_and_go, record, record_attached,
+                     run_ncclprobe, sanitizer_said)
 from lib.skip import needs_bpf, needs_real_cudart, needs_replay
 
 CUDART = "/usr/local/cuda/lib64/libcudart.so.13"
 PY_LAUNCH = Path(__file__).parent / "progs" / "py_launch.py"
 
 pytestmark = [needs_bpf, needs_real_cudart]
-
-
-def assert_counters_add_up(rec):
-    totals = rec.summary["totals"]
-    assert totals["events_captured"] + totals["events_dropped"] == totals["probe_hits"], totals
-    assert totals["malformed_records"] == 0, totals
 
 
 def launches_per_tid(rec):
@@ -71,7 +66,7 @@ def test_target_exits_during_attach(tmp_path):
         if rec.returncode == 1:  # gone before the probes were in: said, nothing written
             assert "error:" in rec.stderr and str(target.pid) in rec.stderr, rec.stderr
         else:  # attached: what it saw adds up, and is no more than was launched
-            assert_counters_add_up(rec)
+            assert_consistent_totals(rec)
             assert rec.summary["totals"]["launches"] <= sum(truth_per_tid(out).values())
 
 
@@ -85,7 +80,7 @@ def test_1000_threads_every_launch_on_its_thread(tmp_path, workloads):
     want = truth_per_tid(out)
     assert len(want) == 1000
     assert launches_per_tid(rec) == want
-    assert_counters_add_up(rec)
+    assert_consistent_totals(rec)
     assert rec.summary["totals"]["events_dropped"] == 0
 
 
@@ -106,7 +101,7 @@ def test_two_ncclprobe_instances_on_one_process(tmp_path, workloads):
     for rec in recs:
         assert rec.returncode == 0, rec.stderr
         assert launches_per_tid(rec) == want
-        assert_counters_add_up(rec)
+        assert_consistent_totals(rec)
     assert recs[0].folded() == recs[1].folded()
 
 
@@ -135,7 +130,7 @@ def test_with_bpftrace_on_the_same_function(tmp_path, workloads):
     assert launched == 2 * 300
     assert rec.returncode == 0, rec.stderr
     assert rec.summary["totals"]["launches"] == launched
-    assert_counters_add_up(rec)
+    assert_consistent_totals(rec)
     assert f"@c: {launched}" in bt_out, (bt_out, bt_err)
 
 
@@ -198,7 +193,7 @@ def test_symbol_name_of_100_KiB(tmp_path):
         json.loads(line)
     for line in rec.text("stacks.jsonl").splitlines():
         json.loads(line)
-    assert_counters_add_up(rec)
+    assert_consistent_totals(rec)
 
 
 def test_comm_and_paths_with_newlines_and_invalid_utf8(tmp_path):
@@ -227,16 +222,20 @@ def test_comm_and_paths_with_newlines_and_invalid_utf8(tmp_path):
     for name in ("launches.jsonl", "stacks.jsonl"):
         lines = (rec.path / name).read_bytes().splitlines()
         assert lines and all(json.loads(line) is not None for line in lines)
-    assert_counters_add_up(rec)
+    assert_consistent_totals(rec)
 
 
-FORK_AND_LAUNCH = r"""
+# The head of the scripts below: libcudart (argv[1]) through ctypes, as rt.
+CTYPES_CUDART = r"""
 import ctypes, os, sys
 class dim3(ctypes.Structure):
     _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
 rt = ctypes.CDLL(sys.argv[1])
 rt.cudaLaunchKernel.argtypes = [ctypes.c_void_p, dim3, dim3, ctypes.c_void_p, ctypes.c_size_t,
                                 ctypes.c_void_p]
+"""
+
+FORK_AND_LAUNCH = CTYPES_CUDART + r"""
 def launch(n):
     for _ in range(n):
         rt.cudaLaunchKernel(0x1234, dim3(1, 1, 1), dim3(32, 1, 1), None, 0, None)
@@ -266,16 +265,10 @@ def test_target_forks_and_the_children_launch(tmp_path):
     pids = {pid for _, _, pid, _, _, _ in rec.ext_lines()}
     assert len(pids) == 1
     assert rec.summary["totals"]["launches"] == 15
-    assert_counters_add_up(rec)
+    assert_consistent_totals(rec)
 
 
-EXEC_AFTER_LAUNCHES = r"""
-import ctypes, os, sys
-class dim3(ctypes.Structure):
-    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
-rt = ctypes.CDLL(sys.argv[1])
-rt.cudaLaunchKernel.argtypes = [ctypes.c_void_p, dim3, dim3, ctypes.c_void_p, ctypes.c_size_t,
-                                ctypes.c_void_p]
+EXEC_AFTER_LAUNCHES = CTYPES_CUDART + r"""
 def before_exec(n):
     for _ in range(n):
         rt.cudaLaunchKernel(0x1234, dim3(1, 1, 1), dim3(32, 1, 1), None, 0, None)
@@ -297,7 +290,7 @@ def test_target_execs_mid_trace(tmp_path):
     after = [f for *_, f in rows if "run_worker" in f]
     assert len(before) == 9 and len(after) == 11, [r[-1][-4:] for r in rows]
     assert len(rows) == 20
-    assert_counters_add_up(rec)
+    assert_consistent_totals(rec)
 
 
 @needs_replay
@@ -393,7 +386,7 @@ def test_library_dlclosed_and_loaded_again_elsewhere(tmp_path):
     for *_, frames in rows:
         assert frames[-2] == "cudaLaunchKernel", frames[-4:]
         assert any("launch_from" in f for f in frames), frames
-    assert_counters_add_up(rec)
+    assert_consistent_totals(rec)
 
 
 def test_sigkill_during_convert_loses_nothing(tmp_path):
@@ -561,7 +554,7 @@ def test_with_perf_probe_on_the_same_function(tmp_path, workloads):
     assert launched == 2 * 250
     assert rec.returncode == 0, rec.stderr
     assert rec.summary["totals"]["launches"] == launched
-    assert_counters_add_up(rec)
+    assert_consistent_totals(rec)
     counts = [line.split(",") for line in (tmp_path / "perf.csv").read_text().splitlines()
               if f"{group}:launch" in line]
     assert counts and int(counts[0][0]) == launched, (counts, perf_err)

@@ -15,7 +15,7 @@ import pytest
 
 from lib.paths import PROGS, PROGS_ENV, REPO
 from lib.processes import interpreters, thread_lines, Workload
-from lib.run import attach_and_go, record, record_attached
+from lib.run import assert_consistent_totals, attach_and_go, record, record_attached
 from lib.skip import needs_bpf, needs_real_cudart, needs_tools
 
 pytestmark = needs_bpf
@@ -55,13 +55,6 @@ def variants_here():
 def expected_tail(variant):
     api, kernel, extra, _ = VARIANTS[variant]
     return ["run_worker", "liba_submit", "libb_launch", *extra, api, f"[GPU_Kernel]{kernel}"]
-
-
-def assert_consistent_totals(rec):
-    """Every probe hit is either captured or counted as dropped."""
-    totals = rec.summary["totals"]
-    assert totals["events_captured"] + totals["events_dropped"] == totals["probe_hits"]
-    assert totals["malformed_records"] == 0
 
 
 @needs_real_cudart

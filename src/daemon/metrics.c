@@ -367,17 +367,6 @@ static void render_family(struct daemon *d, struct np_str *o, const char *name, 
     each_pm(d->metrics, o, fn, d);
 }
 
-static long rss_bytes(void) {
-    char *text = NULL;
-    size_t len;
-    long pages = 0;
-    if (np_read_file("/proc/self/statm", &text, &len) == 0) {
-        sscanf(text, "%*s %ld", &pages);
-        free(text);
-    }
-    return pages * sysconf(_SC_PAGESIZE);
-}
-
 /* Where records wait between BPF and the unwinder: the ring buffer (bytes
  * BPF wrote that the drain thread has not taken yet) and the reader's
  * backlog (records taken, not yet unwound). */
@@ -436,7 +425,7 @@ static void render_health(struct daemon *d, struct np_str *o) {
     np_expo_family(o, "ncclprobe_daemon_cpu_seconds_total", "counter", "the daemon's CPU time");
     np_expo_sample_double(o, "ncclprobe_daemon_cpu_seconds_total", NULL, 0, cpu);
     np_expo_family(o, "ncclprobe_daemon_resident_memory_bytes", "gauge", "the daemon's RSS");
-    np_expo_sample(o, "ncclprobe_daemon_resident_memory_bytes", NULL, 0, (uint64_t)rss_bytes());
+    np_expo_sample(o, "ncclprobe_daemon_resident_memory_bytes", NULL, 0, np_self_rss_bytes());
     np_expo_family(o, "ncclprobe_profile_samples_dropped_total", "counter",
                    "distinct (process, stack, kernel) samples over the live profile's cap of a "
                    "second");

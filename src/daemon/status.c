@@ -30,17 +30,6 @@ void status_update_rates(struct daemon *d) {
     d->records_prev_total = records;
 }
 
-static long rss_bytes(void) {
-    char *text = NULL;
-    size_t len;
-    long pages = 0;
-    if (np_read_file("/proc/self/statm", &text, &len) == 0) {
-        sscanf(text, "%*s %ld", &pages);
-        free(text);
-    }
-    return pages * sysconf(_SC_PAGESIZE);
-}
-
 static const char *gpu_state(const struct np_target *t) {
     if (t->gpu_hello)
         return t->gpu_off ? "off" : "active";
@@ -162,7 +151,7 @@ static void resources_json(const struct daemon *d, cJSON *r) {
     np_status_add_number(disk, NP_ST_DISK_DELETED_SETS, (double)d->deleted_sets);
     np_status_add_number(disk, NP_ST_DISK_SETS_WRITTEN, (double)d->sets_written);
     cJSON *mem = np_status_add_object(r, NP_ST_MEMORY);
-    np_status_add_number(mem, NP_ST_MEMORY_RSS_BYTES, (double)rss_bytes());
+    np_status_add_number(mem, NP_ST_MEMORY_RSS_BYTES, (double)np_self_rss_bytes());
     np_status_add_number(mem, NP_ST_MEMORY_CACHE_BYTES, (double)budget_cache_bytes(d));
     np_status_add_number(mem, NP_ST_MEMORY_CACHE_MAX_BYTES, (double)d->cfg.cache_bytes);
     np_status_add_number(mem, NP_ST_MEMORY_CACHE_RESETS, (double)d->cache_resets);

@@ -428,6 +428,19 @@ static uint32_t fp_frame_limit(void) {
     return limit;
 }
 
+/* Unwinds e's stack copy into *r, counting how it ended and teaching the
+ * stack-size hints what it needed. */
+static void unwind_counted(struct np_ingest *ing, struct np_ingest_proc *t,
+                           const struct np_launch_event *e, struct np_unwind_result *r) {
+    np_unwind(t->unwinder, e, ing->fp_fallback, r);
+    count_unwind(&ing->unwind, r);
+    if (e->flags & NP_LF_STACK_HINTED) {
+        ing->unwind.hinted++;
+        ing->unwind.hint_short += r->end != NP_UNWIND_COMPLETE;
+    }
+    np_stack_hints_learn(&ing->hints, e, r);
+}
+
 /* ---- The agent's fast path: a launch taken at the CUPTI marker ----------
  *
  * Its stack was copied at ncclprobe_cupti_marker, inside CUPTI's callback:
@@ -463,13 +476,7 @@ uint64_t np_ingest_unwind_at_marker(struct np_ingest *ing, struct np_ingest_proc
         ing->unwind.unknown++;
         return 0;
     }
-    np_unwind(t->unwinder, e, ing->fp_fallback, &r);
-    count_unwind(&ing->unwind, &r);
-    if (e->flags & NP_LF_STACK_HINTED) {
-        ing->unwind.hinted++;
-        ing->unwind.hint_short += r.end != NP_UNWIND_COMPLETE;
-    }
-    np_stack_hints_learn(&ing->hints, e, &r);
+    unwind_counted(ing, t, e, &r);
     uint32_t cut = 0;
     while (cut < r.n &&
            callback_frame(np_symbolize(t->sym, r.pcs[cut], cut > 0)->module_path, launch_lib))
@@ -534,13 +541,7 @@ void np_ingest_build_stack(struct np_ingest *ing, struct np_ingest_proc *t,
         ing->unwind.unknown++;
         return;
     }
-    np_unwind(t->unwinder, e, ing->fp_fallback, &r);
-    count_unwind(&ing->unwind, &r);
-    if (e->flags & NP_LF_STACK_HINTED) {
-        ing->unwind.hinted++;
-        ing->unwind.hint_short += r.end != NP_UNWIND_COMPLETE;
-    }
-    np_stack_hints_learn(&ing->hints, e, &r);
+    unwind_counted(ing, t, e, &r);
     in.pcs = r.pcs;
     in.n = r.n;
     in.root_marker = r.end == NP_UNWIND_COMPLETE    ? NULL

@@ -415,3 +415,15 @@ int np_write_atomic(const char *path, int (*fill)(FILE *f, void *ctx), void *ctx
     free(tmp);
     return err;
 }
+
+uint64_t np_self_rss_bytes(void) {
+    char *text = NULL;
+    size_t len;
+    long pages = 0;
+    if (np_read_file("/proc/self/statm", &text, &len) == 0) {
+        if (sscanf(text, "%*s %ld", &pages) != 1 || pages < 0)
+            pages = 0;
+        free(text);
+    }
+    return (uint64_t)pages * (uint64_t)sysconf(_SC_PAGESIZE);
+}

@@ -112,4 +112,7 @@ int np_write_atomic(const char *path, int (*fill)(FILE *f, void *ctx), void *ctx
 /* Reads a whole small file (e.g. under /proc) into a NUL-terminated buffer. */
 int np_read_file(const char *path, char **out, size_t *out_len);
 
+/* This process's resident set size in bytes (/proc/self/statm); 0 if unreadable. */
+uint64_t np_self_rss_bytes(void);
+
 #endif

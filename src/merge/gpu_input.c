@@ -139,7 +139,9 @@ static const char *read_timing(const struct np_trace_event *ev, const struct eve
     if (!cJSON_IsObject(f->args))
         return "\"args\" is missing or not an object";
     const cJSON *id = f->correlation;
-    if (!cJSON_IsNumber(id) || id->valuedouble != (double)(int64_t)id->valuedouble)
+    /* In int64_t's range before the cast (converting one outside it is undefined). */
+    if (!cJSON_IsNumber(id) || !(id->valuedouble >= -0x1p63 && id->valuedouble < 0x1p63) ||
+        id->valuedouble != (double)(int64_t)id->valuedouble)
         return "\"args.correlationId\" is missing or not an integer";
     *correlation = (int64_t)id->valuedouble;
     return NULL;

@@ -59,9 +59,13 @@ static void *find_or_add(void **arr, size_t *n, size_t size, const void *key, si
     return grown + (*n)++ * size;
 }
 
+/* A number member, or -1 when it is missing, not a number or outside int64_t
+ * (converting such a double is undefined). */
 static int64_t num(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : -1;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= -0x1p63 && v->valuedouble < 0x1p63))
+        return -1;
+    return (int64_t)v->valuedouble;
 }
 
 static const char *text(const cJSON *o, const char *key) {

@@ -1,6 +1,6 @@
 /* flows.c - the session's --nccl-flows part: the flow probes' own BPF
- * object (bpf/nccl_flows.bpf.c), read by the session's ring buffer
- * manager; each record decoded (ingest/nccl_flows.c) and written
+ * object (bpf/nccl_flows.bpf.c), its own ring read on the session's thread
+ * (not by the drain thread); each record decoded (ingest/nccl_flows.c) and written
  * (writers/flows.c), a communicator's topology at its first op. Nothing
  * of it is loaded without the flag. */
 #include <bpf/bpf.h>
@@ -56,9 +56,19 @@ int np_session_setup_flows(struct np_session *s) {
         return -ENOMEM;
     np_flow_attacher_init(s->flow_attacher, s->flows_skel);
     s->attacher.flows = s->flow_attacher;
-    int err =
-        ring_buffer__add(s->rb, bpf_map__fd(s->flows_skel->maps.flow_events), on_flow_record, s);
-    return err < 0 ? err : 0;
+    s->flows_rb =
+        ring_buffer__new(bpf_map__fd(s->flows_skel->maps.flow_events), on_flow_record, s, NULL);
+    if (!s->flows_rb)
+        return -errno;
+    return np_session_watch(s->epfd, ring_buffer__epoll_fd(s->flows_rb), NP_TAG_RING);
+}
+
+void np_session_read_flows(struct np_session *s) {
+    if (!s->flows_rb)
+        return;
+    int err = ring_buffer__consume(s->flows_rb);
+    if (err < 0 && err != -EINTR)
+        np_warn("reading the NCCL flow ring buffer: %s", strerror(-err));
 }
 
 int np_session_flows_open(struct np_session *s, const char *dir) {
@@ -125,6 +135,8 @@ void np_session_flows_free(struct np_session *s) {
     free(s->flow_attacher);
     s->flow_attacher = NULL;
     s->attacher.flows = NULL;
+    ring_buffer__free(s->flows_rb);
+    s->flows_rb = NULL;
     nccl_flows_bpf__destroy(s->flows_skel);
     s->flows_skel = NULL;
 }

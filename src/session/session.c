@@ -220,6 +220,7 @@ static bool drained(struct np_session *s) {
 
 void np_session_read(struct np_session *s, long budget) {
     bool ring_left = false;
+    np_session_read_flows(s);
     if (s->drain) {
         np_drain_ack(s->drain);
     } else {

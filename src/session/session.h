@@ -90,6 +90,10 @@ struct np_session {
     uint64_t cudart_majors_said; /* bit N: an untested libcudart.so.N was warned about */
     /* --nccl-flows (flows.c): its BPF object, the libraries it probes, its files */
     struct nccl_flows_bpf *flows_skel;
+    /* The flow probes' ring, read on the session's thread at every turn (not
+     * through rb: the drain thread reads rb, and the flow writer is this
+     * thread's). NULL without --nccl-flows. */
+    struct ring_buffer *flows_rb;
     struct np_flow_attacher *flow_attacher;
     struct np_flows_out *flows_out;
     struct np_flows_totals flows_totals;
@@ -136,8 +140,11 @@ struct np_output *np_session_output_for(struct np_session *s, struct np_target *
 /* ---- BPF, GPU ---- */
 int np_session_setup_bpf(struct np_session *s);
 /* ---- --nccl-flows (flows.c) ---- */
-/* Loads the flow probes' BPF object and reads its ring with s->rb; after np_session_setup_bpf. */
+/* Loads the flow probes' BPF object and watches its own ring (flows_rb);
+ * after np_session_setup_bpf. */
 int np_session_setup_flows(struct np_session *s);
+/* Reads what the flow ring holds (np_session_read does, every turn). */
+void np_session_read_flows(struct np_session *s);
 /* The flow files go to dir/flows. */
 int np_session_flows_open(struct np_session *s, const char *dir);
 /* Writes what is left, closes the files (totals kept for the summary). */

@@ -909,8 +909,10 @@ static void fill_profile(const struct builder *b, struct names *k, const struct 
     p->default_sample_type = b->gpu_default ? k->gpu_time : k->launches;
 }
 
-static int encode(FILE *f, void *ctx) {
-    struct builder *b = ctx;
+/* Builds b's profile message and hands it to emit (which packs it somewhere):
+ * emit's result, or -ENOMEM. */
+static int with_profile(struct builder *b,
+                        int (*emit)(const Perftools__Profiles__Profile *p, void *ctx), void *ctx) {
     struct names k;
     int err = intern_names(b, &k); /* before the string table is copied */
     if (err)
@@ -925,10 +927,18 @@ static int encode(FILE *f, void *ctx) {
         fill_value_types(&v, &k);
         Perftools__Profiles__Profile p = PERFTOOLS__PROFILES__PROFILE__INIT;
         fill_profile(b, &k, &e, &v, nvalues, &p);
-        err = pack(&p, f);
+        err = emit(&p, ctx);
     }
     encoding_free(&e);
     return err;
+}
+
+static int pack_to_file(const Perftools__Profiles__Profile *p, void *f) {
+    return pack(p, f);
+}
+
+static int encode(FILE *f, void *ctx) {
+    return with_profile(ctx, pack_to_file, f);
 }
 
 /* ---- np_write_pprof ----------------------------------------------------------- */
@@ -1051,31 +1061,25 @@ static int gzip_mem(const uint8_t *in, size_t len, uint8_t **out, size_t *out_le
     return 0;
 }
 
-static int encode_mem(struct builder *b, uint8_t **out, size_t *out_len) {
-    struct names k;
-    int err = intern_names(b, &k);
-    if (err)
-        return err;
-    size_t nvalues = b->have_gpu ? 2 : 1;
-    struct encoding e = {0};
-    uint8_t *packed = NULL;
-    err = alloc_encoding(b, &e, nvalues);
-    if (!err) {
-        fill_tables(b, &e);
-        fill_samples(b, &k, &e, nvalues);
-        struct value_types v;
-        fill_value_types(&v, &k);
-        Perftools__Profiles__Profile p = PERFTOOLS__PROFILES__PROFILE__INIT;
-        fill_profile(b, &k, &e, &v, nvalues, &p);
-        size_t size = protobuf_c_message_get_packed_size(&p.base);
-        packed = malloc(size ? size : 1);
-        err = packed ? 0 : -ENOMEM;
-        if (!err)
-            err = gzip_mem(packed, protobuf_c_message_pack(&p.base, packed), out, out_len);
-    }
+struct mem_out {
+    uint8_t **out;
+    size_t *out_len;
+};
+
+static int pack_to_mem(const Perftools__Profiles__Profile *p, void *ctx) {
+    struct mem_out *m = ctx;
+    size_t size = protobuf_c_message_get_packed_size(&p->base);
+    uint8_t *packed = malloc(size ? size : 1);
+    if (!packed)
+        return -ENOMEM;
+    int err = gzip_mem(packed, protobuf_c_message_pack(&p->base, packed), m->out, m->out_len);
     free(packed);
-    encoding_free(&e);
     return err;
+}
+
+static int encode_mem(struct builder *b, uint8_t **out, size_t *out_len) {
+    struct mem_out m = {out, out_len};
+    return with_profile(b, pack_to_mem, &m);
 }
 
 static int live_sample(struct builder *b, const struct np_pprof_sample *x) {

@@ -30,6 +30,14 @@ def sanitizer_said(text):
     return any(marker in text for marker in SAN_MARKERS)
 
 
+def assert_consistent_totals(rec):
+    """Every probe hit of a recording is either captured or counted as dropped,
+    and no record was malformed."""
+    totals = rec.summary["totals"]
+    assert totals["events_captured"] + totals["events_dropped"] == totals["probe_hits"], totals
+    assert totals["malformed_records"] == 0, totals
+
+
 def run_ncclprobe(args, timeout=60, env=None, user=None, cwd=None):
     """Runs ncclprobe with exactly these arguments; returns the CompletedProcess (text)."""
     full_env = {**os.environ, **(env or {})}
