@@ -58,9 +58,7 @@ int np_session_setup_flows(struct np_session *s) {
     s->attacher.flows = s->flow_attacher;
     s->flows_rb =
         ring_buffer__new(bpf_map__fd(s->flows_skel->maps.flow_events), on_flow_record, s, NULL);
-    if (!s->flows_rb)
-        return -errno;
-    return np_session_watch(s->epfd, ring_buffer__epoll_fd(s->flows_rb), NP_TAG_RING);
+    return s->flows_rb ? 0 : -errno;
 }
 
 void np_session_read_flows(struct np_session *s) {

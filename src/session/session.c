@@ -123,6 +123,9 @@ int np_session_setup_bpf(struct np_session *s) {
                             s->opt.unwind != UNWIND_FP && !s->opt.no_gpu;
     if (s->opt.nccl_flows && (err = np_session_setup_flows(s)) < 0)
         return err;
+    if (s->flows_rb &&
+        (err = np_session_watch(s->epfd, ring_buffer__epoll_fd(s->flows_rb), NP_TAG_RING)) < 0)
+        return err;
     return np_session_watch(s->epfd, ring_buffer__epoll_fd(s->rb), NP_TAG_RING);
 }
 

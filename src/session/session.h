@@ -140,8 +140,8 @@ struct np_output *np_session_output_for(struct np_session *s, struct np_target *
 /* ---- BPF, GPU ---- */
 int np_session_setup_bpf(struct np_session *s);
 /* ---- --nccl-flows (flows.c) ---- */
-/* Loads the flow probes' BPF object and watches its own ring (flows_rb);
- * after np_session_setup_bpf. */
+/* Loads the flow probes' BPF object and makes its own ring manager
+ * (flows_rb, which np_session_setup_bpf watches). */
 int np_session_setup_flows(struct np_session *s);
 /* Reads what the flow ring holds (np_session_read does, every turn). */
 void np_session_read_flows(struct np_session *s);
