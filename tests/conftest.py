@@ -8,7 +8,14 @@ the CUDA toolkit, real processes. Tests that need root or the toolkit skip
 with the reason shown by `pytest -rs`.
 """
 
+import os
+import signal
+import warnings
+from pathlib import Path
+
 import pytest
+
+from lib.processes import running_tracers
 
 
 @pytest.fixture
@@ -19,3 +26,40 @@ def workloads():
     yield started
     for w in started:
         w.kill()
+
+
+
+def _parent(pid):
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def _ours(pid):
+    """True when pid descends from this pytest."""
+    me = os.getpid()
+    while pid > 1:
+        pid = _parent(pid)
+        if pid == me:
+            return True
+    return False
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_tracer_outlives_its_module():
+    """An ncclprobe a test module started and left running (a daemon traces every CUDA
+    process on the machine; its uprobes take the breakpoints gdb sets in later tests) is
+    killed when the module ends, and said as a warning naming the module."""
+    before = set(running_tracers())
+    yield
+    leaked = {pid: cmd for pid, cmd in running_tracers().items()
+              if pid not in before and _ours(pid)}
+    for pid in leaked:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if leaked:
+        warnings.warn(f"ncclprobe processes left running by this module, killed: {leaked}")

@@ -30,6 +30,7 @@ from lib.bpf import bpf_objects_of, bpftool
 from lib.daemon import (CUDART, LATE_CHAIN, LATE_LOADER, LAUNCHER, RT_CHAIN, SET_NAME, Daemon,
                         check_launches_with_chain, comm_link, has_chain, launcher, set_folded,
                         total_launches)
+from lib.gdb import run_gdb_backtrace
 from lib.paths import NCCLPROBE, PROGS
 from lib.processes import Workload, wait_for
 from lib.run import go_pprof
@@ -465,6 +466,32 @@ def test_filters_leave_unselected_processes_untraced(tmp_path_factory, workloads
         rc, _ = d.terminate()
         assert rc == 0
         assert d.sets(exc.pid) == {} and d.sets(other.pid) == {}
+        d.assert_clean()
+    finally:
+        d.kill()
+
+
+@needs_tools("gdb")
+def test_a_process_under_a_debugger_is_left_to_it(tmp_path_factory, workloads, tmp_path):
+    """The kernel hands a breakpoint that sits where a uprobe sits to the uprobe: traced, a
+    program run under gdb would never stop in cudaLaunchKernel. A process under ptrace when
+    the daemon finds it is left to its debugger; the same program without one is traced."""
+    d = own_daemon(tmp_path_factory, "dbg", include_comm="npdbg*")
+    try:
+        exe = comm_link(tmp_path, "npdbg")
+        frames, output = run_gdb_backtrace([exe, "--variant", "rt", "--iters", "3"])
+        assert frames[0].name == "cudaLaunchKernel", output
+        wait_log(d, r"pid \d+ \(npdbg\): not traced, it runs under ptrace \(pid \d+\)")
+        st = d.status()
+        assert st["discovery"]["skipped_ptraced"] >= 1
+        assert st["discovery"]["attached"] == 0
+        plain = launcher(workloads, "--iters", "3", exe=exe)
+        d.wait_traced(plain.pid)
+        plain.go()
+        assert plain.launched() == 3
+        assert total_launches(d.written_sets(plain.pid)) == 3
+        rc, _ = d.terminate()
+        assert rc == 0
         d.assert_clean()
     finally:
         d.kill()

@@ -69,7 +69,8 @@ struct daemon {
     struct np_map rejected;    /* pid -> 1: not selected by the filters (until it execs) */
     uint64_t lost_seen;        /* discovery notifications lost, as last handled */
     uint64_t attached, detached, skipped_by_filter;
-    uint64_t missed; /* processes gone before they could be attached */
+    uint64_t skipped_ptraced; /* under a debugger when found (left to it) */
+    uint64_t missed;          /* processes gone before they could be attached */
     double delays_ms[NDELAYS];
     size_t ndelays;
     double delay_max_ms;

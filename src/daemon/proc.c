@@ -13,25 +13,37 @@
 #include "attach/procmaps.h"
 #include "lib/util.h"
 
-static void read_ns_pid(pid_t pid, pid_t *ns_pid) {
+/* The number after "\nKEY:" in a /proc status text: the last of a tab
+ * separated list ("NSpid:\t<ours>\t...\t<innermost>"); 0 when absent. */
+static long status_last_number(const char *text, const char *key) {
+    const char *line = strstr(text, key);
+    if (!line)
+        return 0;
+    line += strlen(key);
+    const char *end = strchr(line, '\n');
+    const char *last = line;
+    for (const char *p = line; *p && (!end || p < end); p++)
+        if ((*p == '\t' || *p == ' ') && p[1] != '\t' && p[1] != ' ')
+            last = p + 1;
+    return strtol(last, NULL, 10);
+}
+
+/* From /proc/PID/status: the pid in its own namespace (the innermost
+ * NSpid) and its tracer (TracerPid). */
+static void read_status(pid_t pid, pid_t *ns_pid, pid_t *tracer) {
     char path[64], *text = NULL;
     size_t len;
     *ns_pid = pid;
+    *tracer = 0;
     snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
     if (np_read_file(path, &text, &len) < 0)
         return;
-    const char *line = strstr(text, "\nNSpid:");
-    if (line) { /* "NSpid:\t<ours>\t...\t<innermost>": the last one is its own */
-        line += strlen("\nNSpid:");
-        const char *end = strchr(line, '\n');
-        const char *last = line;
-        for (const char *p = line; *p && (!end || p < end); p++)
-            if ((*p == '\t' || *p == ' ') && p[1] != '\t' && p[1] != ' ')
-                last = p + 1;
-        long v = strtol(last, NULL, 10);
-        if (v > 0)
-            *ns_pid = (pid_t)v;
-    }
+    long v = status_last_number(text, "\nNSpid:");
+    if (v > 0)
+        *ns_pid = (pid_t)v;
+    v = status_last_number(text, "\nTracerPid:");
+    if (v > 0)
+        *tracer = (pid_t)v;
     free(text);
 }
 
@@ -86,7 +98,7 @@ int np_proc_read_labels(pid_t pid, struct np_proc_labels *out) {
     snprintf(path, sizeof(path), "/proc/%d/exe", (int)pid);
     ssize_t n = readlink(path, out->exe, sizeof(out->exe) - 1);
     out->exe[n > 0 ? n : 0] = '\0';
-    read_ns_pid(pid, &out->ns_pid);
+    read_status(pid, &out->ns_pid, &out->tracer);
     read_cgroup(pid, out->cgroup, sizeof(out->cgroup));
     np_proc_container_id(out->cgroup, out->container, sizeof(out->container));
     return 0;

@@ -1,6 +1,7 @@
 /* proc.h - what the daemon reads about a process from /proc: the labels
  * its filters and output sets use (comm, exe, namespace pid, cgroup,
- * container id), and whether it maps a CUDA or NCCL library. */
+ * container id), its ptrace tracer, and whether it maps a CUDA or NCCL
+ * library. */
 #ifndef NP_DAEMON_PROC_H
 #define NP_DAEMON_PROC_H
 
@@ -12,6 +13,7 @@
 struct np_proc_labels {
     pid_t pid;                               /* in our (the initial) PID namespace */
     pid_t ns_pid;                            /* in the process's own PID namespace */
+    pid_t tracer;                            /* TracerPid: its debugger or tracer, 0 if none */
     char comm[16 + 1];                       /* /proc/PID/comm */
     char exe[4096];                          /* /proc/PID/exe as it sees it; "" when unreadable */
     char cgroup[1024];                       /* cgroup v2 path; "" without one */

@@ -216,6 +216,17 @@ static void consider_new(struct daemon *d, pid_t pid, uint64_t seen_ns, enum eve
         d->missed += why != EV_SCAN; /* it loaded a CUDA library and is already gone */
         return;
     }
+    if (labels.tracer) {
+        /* A debugger's breakpoint where we put a uprobe is taken by the
+         * uprobe (the kernel runs the probe and steps over the instruction),
+         * so gdb would never stop in cudaLaunchKernel or see dlopen: leave
+         * the process to its debugger until it execs another program. */
+        d->skipped_ptraced++;
+        np_map_put_u64(&d->rejected, (uint64_t)pid, (void *)1);
+        np_info("pid %d (%s): not traced, it runs under ptrace (pid %d)", pid, labels.comm,
+                labels.tracer);
+        return;
+    }
     if (!selected(d, &labels)) {
         d->skipped_by_filter++;
         np_map_put_u64(&d->rejected, (uint64_t)pid, (void *)1);

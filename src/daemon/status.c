@@ -178,6 +178,7 @@ static void discovery_json(const struct daemon *d, cJSON *r) {
     np_status_add_number(disc, NP_ST_DISCOVERY_ATTACHED, (double)d->attached);
     np_status_add_number(disc, NP_ST_DISCOVERY_DETACHED, (double)d->detached);
     np_status_add_number(disc, NP_ST_DISCOVERY_SKIPPED_BY_FILTER, (double)d->skipped_by_filter);
+    np_status_add_number(disc, NP_ST_DISCOVERY_SKIPPED_PTRACED, (double)d->skipped_ptraced);
     np_status_add_number(disc, NP_ST_DISCOVERY_MISSED_EXITED, (double)d->missed);
     np_status_add_number(disc, NP_ST_DISCOVERY_LOST_NOTIFICATIONS,
                          (double)np_discover_lost(d->disc));

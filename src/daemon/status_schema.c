@@ -219,6 +219,9 @@ const struct np_status_field np_status_fields[NP_ST_COUNT] = {
     [NP_ST_DISCOVERY_SKIPPED_BY_FILTER] =
         NUM(NP_ST_DISCOVERY, "skipped_by_filter", "discovery:", "%.0f skipped by filter",
             "processes the filters left out"),
+    [NP_ST_DISCOVERY_SKIPPED_PTRACED] =
+        NUM(NP_ST_DISCOVERY, "skipped_ptraced", "discovery:", "%.0f left to a debugger",
+            "processes under ptrace (a debugger) when found: not traced until they exec"),
     [NP_ST_DISCOVERY_MISSED_EXITED] = HIDDEN(NP_ST_DISCOVERY, "missed_exited", NP_STATUS_NUMBER,
                                              "processes gone before they could be attached"),
     [NP_ST_DISCOVERY_LOST_NOTIFICATIONS] =

@@ -8,6 +8,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from lib.processes import running_tracers
+
 GDB = shutil.which("gdb")
 
 # '#3  0x00007f... in ns::Launcher<float>::go (this=0x7ffe...) at x.cc:12'
@@ -102,6 +104,7 @@ def run_gdb_backtrace(argv, env=None, timeout=120):
         else:
             frames.append(GdbFrame(strip_parameters(name), pc))
     assert frames and frames[0].name == "cudaLaunchKernel", \
-        f"gdb did not stop in cudaLaunchKernel:\n{output}"
+        f"gdb did not stop in cudaLaunchKernel:\n{output}\nncclprobe processes running (a " \
+        f"uprobe where gdb puts a breakpoint takes its stop): {running_tracers()}"
     assert "Backtrace stopped" not in output, f"gdb could not unwind:\n{output}"
     return frames, output

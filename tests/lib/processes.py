@@ -21,6 +21,23 @@ def thread_lines(text, key="variant", value="launches"):
     return out
 
 
+def running_tracers():
+    """{pid: command line} of the ncclprobe processes running on this machine (ours,
+    a test's that outlived it, anyone's)."""
+    found = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            if Path(f"/proc/{d}/comm").read_text().strip() != "ncclprobe":
+                continue
+            cmdline = Path(f"/proc/{d}/cmdline").read_bytes()
+        except OSError:
+            continue
+        found[int(d)] = cmdline.replace(b"\0", b" ").decode(errors="replace").strip()
+    return found
+
+
 def interpreters(fallback=sys.executable):
     """Every CPython to test Python stacks on: pyenv's (shared libpython)
     and Debian's static python3.11; [fallback] if neither exists."""
