@@ -521,6 +521,147 @@ def test_daemon_disk_full_during_a_window_then_space_again(tmp_path):
     assert rc == 0
 
 
+def aggregate_sets(out, pid):
+    """{set dir: window.json or None} of pid's sets under out, oldest first."""
+    found = {}
+    for d in sorted(out.glob(f"*-{pid}-*")):
+        w = d / "window.json"
+        found[d] = json.loads(w.read_text()) if w.exists() else None
+    return found
+
+
+def check_whole_aggregate_set(set_dir, window, chain):
+    """A finished aggregate set: every stack has chain, and its counts add up to the
+    launches its window.json says."""
+    from lib.daemon import has_chain, set_folded
+    assert window["window"]["kind"] == "aggregate", window
+    folded = set_folded(set_dir)
+    assert folded, set_dir
+    for stack in folded:
+        assert has_chain(stack, chain), stack
+    assert sum(folded.values()) == window["totals"]["launches"], (set_dir, window)
+    return window["totals"]["launches"]
+
+
+# Where the daemon is killed in a rotation: as it starts writing the period's set (nothing
+# of it written yet), and as it writes window.json (its folded files written, the set not
+# yet marked finished). bpftrace's signal() kills it at the probed instruction itself.
+ROTATION_KILL_POINTS = ["np_outset_finish", "write_window_json"]
+
+
+@pytest.mark.skipif(shutil.which("bpftrace") is None, reason="no bpftrace")
+@pytest.mark.parametrize("kill_at", ROTATION_KILL_POINTS)
+def test_daemon_sigkill_during_an_aggregate_rotation_then_restart(tmp_path, kill_at):
+    """The daemon killed with SIGKILL in the middle of an aggregation period's rotation
+    (aggregate_interval 10 s; at kill_at of the second rotation): the sets finished before
+    are whole and stay as they were; the set cut by the kill has no window.json and only
+    whole lines, each a valid stack; the recording tools read it or say clearly why not; a
+    new daemon on the same directories traces the process again; the process never stops."""
+    from lib.daemon import comm_link, Daemon, has_chain, launcher, RT_CHAIN
+    workloads = []
+    bt = None
+    d = Daemon(tmp_path / "d", include_comm="npk9r", aggregate_interval="10s", formats="none")
+    try:
+        p = launcher(workloads, "--loop-until-signal", "--sleep-us", "1000",
+                     exe=comm_link(tmp_path, "npk9r"))
+        d.wait_traced(p.pid)
+        p.go()
+        first = wait_for(lambda: [s for s, w in aggregate_sets(d.out, p.pid).items() if w], 40,
+                         "the first period's set")[0]
+        script = f'uprobe:{NCCLPROBE}:{kill_at} /pid == {d.pid}/ {{ signal("SIGKILL"); }}'
+        bt = subprocess.Popen(["bpftrace", "--unsafe", "-e", script], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: "Attaching" in (bt.stdout.readline() or "") or bt.poll() is not None,
+                 60, "bpftrace to attach")
+        assert bt.poll() is None, bt.stderr.read()
+        assert d.proc.wait(timeout=40) == -signal.SIGKILL
+        sets = aggregate_sets(d.out, p.pid)
+        finished = {s: w for s, w in sets.items() if w}
+        assert list(finished) == [first], sets  # the second period's set was cut
+        kept = {f.name: f.read_bytes() for f in first.iterdir()}
+        total = check_whole_aggregate_set(first, finished[first], RT_CHAIN)
+        (cut,) = [s for s, w in sets.items() if w is None]
+        lines = 0
+        for name in ("launches.folded", "merged.folded"):
+            raw = (cut / name).read_bytes() if (cut / name).exists() else b""
+            assert raw == b"" or raw.endswith(b"\n"), (name, raw[-200:])
+            for line in raw.split(b"\n")[:-1]:
+                stack, count = line.decode().rsplit(" ", 1)
+                assert int(count) > 0
+                assert has_chain(stack.split(";"), RT_CHAIN), stack
+                lines += 1
+        assert (lines > 0) == (kill_at == "write_window_json"), (kill_at, lines)
+        conv = run_ncclprobe(["convert", cut, "--format", "all"], timeout=120)  # as the daemon
+        assert not sanitizer_said(conv.stderr), conv.stderr
+        assert conv.returncode == 0 or ("error:" in conv.stderr and str(cut) in conv.stderr), \
+            conv.stderr
+
+        d2 = Daemon(tmp_path / "d", include_comm="npk9r", aggregate_interval="10s",
+                    formats="none")
+        try:
+            d2.wait_traced(p.pid)
+            assert p.proc.poll() is None  # never blocked, never killed
+        finally:
+            d2.terminate()
+            d2.assert_clean()
+        assert {f.name: f.read_bytes() for f in first.iterdir()} == kept
+        assert p.launched(signal.SIGUSR2) >= total
+    finally:
+        if bt is not None and bt.poll() is None:
+            bt.send_signal(signal.SIGINT)
+            bt.communicate(timeout=60)
+        d.kill()
+        for w in workloads:
+            if w.proc.poll() is None:
+                w.proc.kill()
+
+
+def test_daemon_disk_full_during_an_aggregate_rotation_then_space_again(tmp_path):
+    """The daemon's output directory (a 256 KiB tmpfs in its own mount namespace) is full
+    when an aggregation period ends: the daemon says so and goes on tracing, the target runs
+    on; once space is freed, a later period's set is written whole."""
+    from lib.daemon import comm_link, Daemon, launcher, RT_CHAIN
+    out = tmp_path / "full"
+    out.mkdir()
+    prefix = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+              f'mount -t tmpfs -o size=256k nprfull {out} && exec "$@"', "full"]
+    workloads = []
+    d = Daemon(tmp_path / "d", prefix=prefix, include_comm="nprfull", output_dir=out,
+               aggregate_interval="10s", formats="none")
+    try:
+        seen = Path(f"/proc/{d.pid}/root") / str(out).lstrip("/")  # the daemon's view
+        p = launcher(workloads, "--loop-until-signal", "--sleep-us", "1000",
+                     exe=comm_link(tmp_path, "nprfull"))
+        d.wait_traced(p.pid)
+        p.go()
+        filler = seen / "filler"
+        with open(filler, "wb", buffering=0) as f:  # every block the tmpfs has
+            try:
+                while True:
+                    f.write(b"\0" * 4096)
+            except OSError:
+                pass
+        wait_for(lambda: "No space left on device" in d.stderr(), 40, "the disk-full message")
+        assert d.target(p.pid)["probes"] > 0  # still traced
+        assert p.proc.poll() is None
+        filler.unlink()
+        done = wait_for(lambda: [(s, w) for s, w in aggregate_sets(seen, p.pid).items()
+                                 if w and w["totals"]["launches"] > 0
+                                 and w["totals"]["write_errors"] == 0], 40,
+                        "a whole set after the space came back")
+        for s, w in done:
+            check_whole_aggregate_set(s, w, RT_CHAIN)
+        assert d.proc.poll() is None
+        assert p.launched(signal.SIGUSR2) > 0
+    finally:
+        rc, _ = d.terminate()
+        d.assert_clean()
+        for w in workloads:
+            if w.proc.poll() is None:
+                w.proc.kill()
+    assert rc == 0
+
+
 @pytest.mark.skipif(shutil.which("perf") is None, reason="no perf")
 def test_with_perf_probe_on_the_same_function(tmp_path, workloads):
     """A perf uprobe event (perf probe, counted by perf stat) on cudaLaunchKernel of the
