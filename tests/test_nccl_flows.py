@@ -10,17 +10,19 @@ every flow record and topology entry must equal that log, field by field.
 One GPU cannot produce proxy ops (no peers): this is the test there is."""
 
 import json
+import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from lib.bpf import bpf_objects_of, bpftool
 from lib.jsonl import read_jsonl
 from lib.paths import PROGS
-from lib.processes import Workload
+from lib.processes import wait_for, Workload
 from lib.run import record, record_attached, run_ncclprobe
-from lib.skip import needs_bpf
+from lib.skip import needs_bpf, needs_tools
 
 pytestmark = needs_bpf
 
@@ -53,8 +55,16 @@ def hex16(h):
     return "0x%016x" % int(h, 16)
 
 
-def check_against_truth(rec, log, pid):
+def second_half(lines):
+    return lines[len(lines) // 2:]
+
+
+def check_against_truth(rec, log, pid, part=None):
+    """Every op and step of the log (or of part(its lines), per communicator) is in rec's
+    flows/, field by field."""
     truth = flow_truth(log)
+    if part:
+        truth = {k: (part(v) if k[0] in ("op", "step") else v) for k, v in truth.items()}
     comms = {c for kind, c in truth if kind == "op"}
     dirs = comm_dirs(rec)
     assert {hex16(c) for c in comms} == {"0x" + d for d in dirs}
@@ -170,6 +180,86 @@ def test_communicators_created_before_attach(tmp_path, workloads):
     truth, patterns = check_against_truth(rec, log, w.proc.pid)
     assert set(patterns) == PATTERNS
     check_topology(rec, truth)
+
+
+def flow_links(pid):
+    """The links pid holds whose program is one of the flow probes."""
+    names = {p["id"]: p.get("name", "") for p in bpftool("prog", "show")}
+    _, held = bpf_objects_of(pid)
+    return [x for x in bpftool("link", "show")
+            if x["id"] in held and names.get(x.get("prog_id"), "").startswith("np_flow_")]
+
+
+def flows_daemon(tmp_path, workloads, pause_after=None):
+    """A daemon with nccl_flows = yes, tracing nccl_user --scenario flows (--iters 2) on the
+    double under the name the daemon finds NCCL by (libnccl*: a copy, preloaded; its soname
+    stands for the one linked). Returns (daemon, workload, truth log)."""
+    from lib.daemon import Daemon
+    log = tmp_path / "fake.log"
+    named = tmp_path / "libnccl.so.2"
+    shutil.copy(FAKE, named)
+    d = Daemon(tmp_path / "d", include_comm="nccl_user", aggregate="no", nccl_flows="yes")
+    pause = ["--pause-after", pause_after] if pause_after is not None else []
+    w = Workload([PROGS / "nccl_user", "--scenario", "flows", "--iters", 2, "--nranks",
+                  NRANKS, "--rank", RANK, "--wait-signal", *pause],
+                 env={"FAKE_NCCL_LOG": str(log), "LD_PRELOAD": str(named)})
+    workloads.append(w)
+    d.wait_traced(w.proc.pid)
+    return d, w, log
+
+
+def check_window_set(d, w, log, part=None):
+    """The process's one window set holds the flows of the log (or of part of it) and the
+    topology of every communicator; window.json counts them."""
+    from types import SimpleNamespace
+    (name, window), = d.written_sets(w.proc.pid, timeout=60).items()
+    rec = SimpleNamespace(path=d.out / name)
+    truth, patterns = check_against_truth(rec, log, w.proc.pid, part)
+    assert set(patterns) == PATTERNS
+    check_topology(rec, truth)
+    n_ops = sum(len(v) for k, v in truth.items() if k[0] == "op")
+    n_steps = sum(len(v) for k, v in truth.items() if k[0] == "step")
+    fl = window["nccl_flows"]
+    assert (fl["ops"], fl["steps"], fl["malformed"], fl["write_errors"]) == (n_ops, n_steps, 0, 0)
+
+
+@needs_tools("bpftool")
+def test_daemon_writes_flows_into_capture_window_sets(tmp_path, workloads):
+    """nccl_flows = yes in the daemon: the capture window's set of the traced NCCL process
+    holds every op, step and topology entry of the library's log, as record's does, and its
+    window.json counts them; the flow probes go when the process does."""
+    d, w, log = flows_daemon(tmp_path, workloads)
+    try:
+        assert len(flow_links(d.pid)) == 2  # uprobe_multi links: the daemon has no SYS_ADMIN
+        assert d.ctl("start", "--duration", "120").returncode == 0
+        w.go()
+        w.finish()
+        check_window_set(d, w, log)
+        wait_for(lambda: not flow_links(d.pid), 30, "the exited process's flow links closed")
+        rc, _ = d.terminate()
+        assert rc == 0
+        d.assert_clean()
+    finally:
+        d.kill()
+
+
+def test_daemon_window_after_the_first_ops_still_gets_the_topology(tmp_path, workloads):
+    """A window opened after the communicators' first ops (when BPF sent their topology,
+    once): the set has the window's ops and steps only, and every communicator's topology,
+    kept by the daemon since."""
+    d, w, log = flows_daemon(tmp_path, workloads, pause_after=1)
+    try:
+        w.go()  # the first iteration, outside any window
+        assert w.proc.stdout.readline().startswith("ready ")
+        assert d.ctl("start", "--duration", "120").returncode == 0
+        w.go()
+        w.finish()
+        check_window_set(d, w, log, part=second_half)
+        rc, _ = d.terminate()
+        assert rc == 0
+        d.assert_clean()
+    finally:
+        d.kill()
 
 
 def test_off_by_default(tmp_path):

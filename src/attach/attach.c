@@ -110,6 +110,13 @@ static void zero_percpu(struct bpf_map *map, uint32_t id) {
 
 static void fast_forget(struct np_attacher *a, pid_t pid);
 
+/* A link's fd into the close batch b (closed off this thread), or closed
+ * here and now when there is no batch or no memory for it. */
+static void close_later(void *b, int fd) {
+    if (!b || !np_close_batch_add_fd(b, fd))
+        close(fd);
+}
+
 int np_attacher_release_pid(struct np_attacher *a, pid_t pid) {
     fast_forget(a, pid);
     struct np_close_batch *b = np_close_batch_new();
@@ -144,6 +151,8 @@ int np_attacher_release_pid(struct np_attacher *a, pid_t pid) {
         }
     }
     a->nmulti = kept;
+    if (a->flows)
+        np_flow_attacher_release_pid(a->flows, pid, close_later, b);
     if (b)
         np_closer_submit(&a->closer, b);
     return released;

@@ -7,14 +7,28 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "attach/uprobe_multi.h"
 #include "lib/util.h"
 #include "nccl_flows.skel.h"
 
-void np_flow_attacher_init(struct np_flow_attacher *fa, struct nccl_flows_bpf *skel) {
+void np_flow_attacher_init(struct np_flow_attacher *fa, struct nccl_flows_bpf *skel,
+                           bool use_multi) {
     memset(fa, 0, sizeof(*fa));
     fa->skel = skel;
+    fa->use_multi = use_multi;
     fa->nlibs = 1;
+}
+
+/* A free slot: one released, or a new one; 0 when all are taken. */
+static uint32_t free_slot(struct np_flow_attacher *fa) {
+    for (uint32_t i = 1; i < fa->nlibs; i++)
+        if (fa->libs[i].released) {
+            memset(&fa->libs[i], 0, sizeof(fa->libs[i]));
+            return i;
+        }
+    return fa->nlibs < NP_FLOW_MAX_LIBS ? fa->nlibs++ : 0;
 }
 
 static uint32_t off32(const struct np_flow_layout *l, enum np_flow_field f) {
@@ -94,21 +108,29 @@ static int build_cfg(const struct np_nccl_layout *nccl, const struct np_flow_lay
     return topo_cfg(nccl, l, c);
 }
 
-static struct bpf_link *attach_one(struct bpf_program *prog, pid_t pid, const char *binary,
-                                   uint64_t file_offset, uint64_t cookie, int *err) {
+/* Attaches prog at file_offset of binary in pid as probe k of lib. */
+static int attach_one(const struct np_flow_attacher *fa, struct np_flow_lib *lib, int k,
+                      struct bpf_program *prog, pid_t pid, const char *binary, uint64_t file_offset,
+                      uint64_t cookie) {
+    if (fa->use_multi) {
+        int fd = np_uprobe_multi_attach(bpf_program__fd(prog), pid, binary, &file_offset, &cookie,
+                                        1, false);
+        if (fd < 0)
+            return fd;
+        lib->link_fds[k] = fd + 1;
+        return 0;
+    }
     LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = cookie);
-    struct bpf_link *link =
-        bpf_program__attach_uprobe_opts(prog, pid, binary, (size_t)file_offset, &opts);
-    *err = link ? 0 : -errno;
-    return link;
+    lib->links[k] = bpf_program__attach_uprobe_opts(prog, pid, binary, (size_t)file_offset, &opts);
+    return lib->links[k] ? 0 : -errno;
 }
 
 int np_flow_attach_library(struct np_flow_attacher *fa, pid_t pid, const char *binary,
                            const char *target_path, const struct np_nccl_layout *nccl,
                            const struct np_flow_layout *flow) {
-    if (fa->nlibs >= NP_FLOW_MAX_LIBS)
+    uint32_t slot = free_slot(fa);
+    if (!slot)
         return -ENOSPC;
-    uint32_t slot = fa->nlibs++;
     struct np_flow_lib *lib = &fa->libs[slot];
     struct np_flow_cfg cfg;
     lib->pid = pid;
@@ -125,13 +147,13 @@ int np_flow_attach_library(struct np_flow_attacher *fa, pid_t pid, const char *b
     }
     enum np_flow_probe proxy_kind =
         flow->save_proxy_clone ? NP_FLOW_PROBE_SAVE_PROXY_ISRA : NP_FLOW_PROBE_SAVE_PROXY;
-    lib->links[0] = attach_one(fa->skel->progs.np_flow_save_op, pid, binary,
-                               flow->sym_offset[NP_FLOW_SYM_SAVE_OP],
-                               NP_FLOW_COOKIE(NP_FLOW_PROBE_SAVE_OP, slot), &lib->err);
+    lib->err = attach_one(fa, lib, 0, fa->skel->progs.np_flow_save_op, pid, binary,
+                          flow->sym_offset[NP_FLOW_SYM_SAVE_OP],
+                          NP_FLOW_COOKIE(NP_FLOW_PROBE_SAVE_OP, slot));
     if (!lib->err)
-        lib->links[1] = attach_one(fa->skel->progs.np_flow_save_proxy, pid, binary,
-                                   flow->sym_offset[NP_FLOW_SYM_SAVE_PROXY],
-                                   NP_FLOW_COOKIE(proxy_kind, slot), &lib->err);
+        lib->err =
+            attach_one(fa, lib, 1, fa->skel->progs.np_flow_save_proxy, pid, binary,
+                       flow->sym_offset[NP_FLOW_SYM_SAVE_PROXY], NP_FLOW_COOKIE(proxy_kind, slot));
     if (lib->err)
         np_warn("pid %d: cannot probe NCCL's proxy flows in %s: %s", pid, target_path,
                 strerror(-lib->err));
@@ -142,10 +164,30 @@ const struct np_flow_lib *np_flow_lib_of(const struct np_flow_attacher *fa, uint
     return slot > 0 && slot < fa->nlibs ? &fa->libs[slot] : NULL;
 }
 
+void np_flow_attacher_release_pid(struct np_flow_attacher *fa, pid_t pid,
+                                  void (*close_fd)(void *ctx, int fd), void *ctx) {
+    for (uint32_t i = 1; i < fa->nlibs; i++) {
+        struct np_flow_lib *lib = &fa->libs[i];
+        if (lib->pid != pid || lib->released)
+            continue;
+        for (int k = 0; k < 2; k++) {
+            bpf_link__destroy(lib->links[k]);
+            lib->links[k] = NULL;
+            if (lib->link_fds[k])
+                close_fd(ctx, lib->link_fds[k] - 1);
+            lib->link_fds[k] = 0;
+        }
+        lib->released = true;
+    }
+}
+
 void np_flow_attacher_destroy(struct np_flow_attacher *fa) {
     for (uint32_t i = 1; i < fa->nlibs; i++)
         for (int k = 0; k < 2; k++) {
             bpf_link__destroy(fa->libs[i].links[k]);
             fa->libs[i].links[k] = NULL;
+            if (fa->libs[i].link_fds[k])
+                close(fa->libs[i].link_fds[k] - 1);
+            fa->libs[i].link_fds[k] = 0;
         }
 }

@@ -23,17 +23,24 @@ struct np_flow_lib {
     char path[256];
     const struct np_nccl_layout *nccl; /* owned by the attacher's file cache */
     const struct np_flow_layout *flow; /* ditto */
-    struct bpf_link *links[2];         /* save op, save proxy */
+    struct bpf_link *links[2];         /* save op, save proxy: perf links ... */
+    int link_fds[2];                   /* ... or uprobe_multi links' fds + 1 (0: none) */
     int err;                           /* negative errno: not attached (flow->missing says why) */
+    bool released;                     /* its process is no longer traced: the slot is free */
 };
 
 struct np_flow_attacher {
     struct nccl_flows_bpf *skel;
+    /* uprobe_multi links, as the launch probes (attach.h): their programs are
+     * loaded for them. These need CAP_BPF and CAP_PERFMON only; a perf link's
+     * uprobe also needs CAP_SYS_ADMIN, which the daemon gives up. */
+    bool use_multi;
     struct np_flow_lib libs[NP_FLOW_MAX_LIBS]; /* slot = index; [0] unused */
     uint32_t nlibs;                            /* slots used, 1.. */
 };
 
-void np_flow_attacher_init(struct np_flow_attacher *fa, struct nccl_flows_bpf *skel);
+void np_flow_attacher_init(struct np_flow_attacher *fa, struct nccl_flows_bpf *skel,
+                           bool use_multi);
 /* Probes one libnccl of process pid (binary: the path to open it by).
  * Returns the slot (> 0), or -errno; a library whose flows cannot be read
  * gets a slot too, with err set, so that summary.json can say why. */
@@ -41,6 +48,11 @@ int np_flow_attach_library(struct np_flow_attacher *fa, pid_t pid, const char *b
                            const char *target_path, const struct np_nccl_layout *nccl,
                            const struct np_flow_layout *flow);
 const struct np_flow_lib *np_flow_lib_of(const struct np_flow_attacher *fa, uint32_t slot);
+/* pid is no longer traced (the daemon): its flow probes go - each
+ * uprobe_multi link's fd handed to close_fd, which may close it later off
+ * this thread - and its slots are reused. */
+void np_flow_attacher_release_pid(struct np_flow_attacher *fa, pid_t pid,
+                                  void (*close_fd)(void *ctx, int fd), void *ctx);
 /* Detaches everything. */
 void np_flow_attacher_destroy(struct np_flow_attacher *fa);
 

@@ -16,6 +16,7 @@
 
 #include "lib/json.h"
 #include "lib/util.h"
+#include "writers/flows.h"
 #include "writers/output.h"
 
 void np_outset_safe_name(char *out, size_t size, size_t max, const char *in) {
@@ -81,7 +82,19 @@ int np_outset_open(const char *root, const char *host, enum np_outset_kind kind,
     return 0;
 }
 
-static int write_window_json(const struct np_outset *s, const struct np_output_totals *t) {
+/* window.json's "nccl_flows": what the set's flows/ holds. */
+static void flows_json(cJSON *root, const struct np_flows_totals *f) {
+    cJSON *o = cJSON_AddObjectToObject(root, "nccl_flows");
+    np_json_add_u64(o, "ops", f->ops);
+    np_json_add_u64(o, "peers", f->peers);
+    np_json_add_u64(o, "steps", f->steps);
+    np_json_add_u64(o, "file_sets", f->sets);
+    np_json_add_u64(o, "malformed", f->malformed);
+    np_json_add_u64(o, "write_errors", f->write_errors);
+}
+
+static int write_window_json(const struct np_outset *s, const struct np_output_totals *t,
+                             const struct np_flows_totals *flows) {
     cJSON *root = cJSON_CreateObject();
     if (!root)
         return -ENOMEM;
@@ -113,6 +126,8 @@ static int write_window_json(const struct np_outset *s, const struct np_output_t
     np_json_add_u64(tot, "write_errors", t->write_errors);
     cJSON_AddBoolToObject(tot, "per_launch_complete", t->cut_error == 0);
     np_json_add_u64(tot, "records_cut", t->records_cut);
+    if (flows)
+        flows_json(root, flows);
     char path[4200];
     snprintf(path, sizeof(path), "%s/" NP_REC_WINDOW_JSON, s->dir);
     return np_json_write_file(path, root);
@@ -125,7 +140,10 @@ int np_outset_finish(struct np_outset *s, uint64_t *launches) {
     struct np_output_totals totals = *np_output_totals(s->out);
     int cerr = np_output_close(s->out);
     err = err ? err : cerr;
-    int jerr = write_window_json(s, &totals);
+    struct np_flows_totals flows = {0};
+    if (s->flows)
+        np_flows_out_close(s->flows, &flows);
+    int jerr = write_window_json(s, &totals, s->flows ? &flows : NULL);
     if (launches)
         *launches = totals.launches;
     free(s->dir);

@@ -12,6 +12,7 @@
 #include "ncclprobe/recording.h"
 
 struct np_output;
+struct np_flows_out;
 
 enum np_outset_kind {
     NP_OUTSET_AGGREGATE, /* always-on: aggregated files only */
@@ -30,6 +31,8 @@ struct np_outset {
     uint64_t drops_at_open, limited_at_open; /* the process's counters when it opened */
     uint64_t drops, rate_limited;            /* ... their growth while it was open */
     bool closing;                            /* no new records; written once `held` is 0 */
+    struct np_flows_out *flows;              /* nccl_flows: a window's flows/, opened at its
+                                                first flow record (NULL: none yet) */
     struct np_outset *next;                  /* the daemon's list of open and closing sets */
 };
 
@@ -41,8 +44,8 @@ void np_outset_safe_name(char *out, size_t size, size_t max, const char *in);
 int np_outset_open(const char *root, const char *host, enum np_outset_kind kind,
                    const struct np_proc_labels *labels, uint64_t window_id, const char *reason,
                    uint64_t start_realtime_ns, struct np_outset **out);
-/* Closes the writers (aggregated files), writes window.json and frees the
- * set. Returns the first write error; *launches gets what the set holds.
+/* Closes the writers (aggregated files, flows/), writes window.json and
+ * frees the set. Returns the first write error; *launches gets what the set holds.
  * The derived outputs (writers/formats.h) are the caller's: they read
  * window.json for the process's labels. */
 int np_outset_finish(struct np_outset *s, uint64_t *launches);

@@ -183,10 +183,31 @@ static struct np_output *output_for(struct np_session *s, struct np_target *t) {
     return p->set ? p->set->out : NULL;
 }
 
+/* nccl_flows: a process's flow records go to its capture window's set
+ * (aggregate sets hold no per-event data), opened at the first one with the
+ * topologies of its communicators so far. */
+static struct np_flows_out *flows_for(struct np_session *s, uint32_t pid) {
+    struct daemon *d = daemon_of(s);
+    struct dproc *p = np_map_get_u64(&d->procs, (uint64_t)pid);
+    struct np_outset *set = p ? p->set : NULL;
+    if (!set || set->kind != NP_OUTSET_WINDOW)
+        return NULL;
+    if (!set->flows) {
+        int err = np_flows_out_open(set->dir, &set->flows);
+        if (err) {
+            np_warn("output set %s: cannot write its NCCL flows: %s", set->dir, strerror(-err));
+            return NULL;
+        }
+        np_session_flows_topologies(s, pid, set->flows);
+    }
+    return set->flows;
+}
+
 const struct np_sink_ops sets_sink_ops = {
     .output_for = output_for,
     .held = on_held,
     .retired = on_retired,
     .launched = metrics_launched,
     .gpu_retired = metrics_gpu_retired,
+    .flows_for = flows_for,
 };

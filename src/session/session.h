@@ -39,6 +39,7 @@ struct np_session;
 struct np_agents;
 struct np_drain;
 struct nccl_flows_bpf;
+struct np_flow_topo_kept;
 
 /* Where a session's records go when it has more than one output (the
  * daemon: one output set per process and window). Without it every record
@@ -60,6 +61,9 @@ struct np_sink_ops {
      * GPU time of its records (0: none came). */
     void (*gpu_retired)(struct np_session *s, uint32_t pid, uint64_t cookie, const char *kernel,
                         uint64_t gpu_ns);
+    /* Optional, --nccl-flows: where a process's flow records go now (NULL:
+     * not recorded now). Without it they go to s->flows_out. */
+    struct np_flows_out *(*flows_for)(struct np_session *s, uint32_t pid);
 };
 
 struct np_session {
@@ -97,6 +101,11 @@ struct np_session {
     struct np_flow_attacher *flow_attacher;
     struct np_flows_out *flows_out;
     struct np_flows_totals flows_totals;
+    /* Each communicator's topology as BPF sent it (once, at its first op),
+     * kept while its process is traced: every later file set of the process
+     * gets it too (the daemon's windows). */
+    struct np_flow_topo_kept *flow_topos;
+    size_t nflow_topos;
 };
 
 /* epoll tags of the session's fds; a target's pidfd is NP_TAG_TARGET + pid. */
@@ -147,6 +156,11 @@ int np_session_setup_flows(struct np_session *s);
 void np_session_read_flows(struct np_session *s);
 /* The flow files go to dir/flows. */
 int np_session_flows_open(struct np_session *s, const char *dir);
+/* Writes the topologies kept for pid to out (a file set opened later than
+ * its communicators' first ops). */
+void np_session_flows_topologies(struct np_session *s, uint32_t pid, struct np_flows_out *out);
+/* pid is no longer traced: its kept topologies go. */
+void np_session_flows_forget(struct np_session *s, uint32_t pid);
 /* Writes what is left, closes the files (totals kept for the summary). */
 void np_session_flows_close(struct np_session *s);
 /* summary.json's "nccl_flows"; NULL when flows were not asked for. */

@@ -82,10 +82,12 @@ const struct np_setting np_settings_table[] = {
              "times joined to each launch): -- CMD starts with it;\n"
              "--pid: loaded into the running process, or woken",
      REC(BOOL, inject_cupti)},
-    {.flag = "nccl-flows", .flag_value = "yes", .type = NP_V_BOOL,
+    {.flag = "nccl-flows", .flag_value = "yes", .key = "nccl_flows", .type = NP_V_BOOL,
+     .restart = true, .def = "no", .allowed = BOOLS,
      .help = "NCCL's proxy flows (ops, per-step SEND/RECV with their\n"
-             "peers) and channel topology into flows/ (docs/nccl.md)",
-     REC(BOOL, nccl_flows)},
+             "peers) and channel topology into flows/ (docs/nccl.md);\n"
+             "the daemon: into capture windows' sets",
+     REC(BOOL, nccl_flows), CONF(BOOL, nccl_flows)},
     {.flag = "no-gpu", .flag_value = "no", .key = "gpu", .type = NP_V_BOOL, .restart = true,
      .def = "yes", .allowed = BOOLS, .help = "listen for GPU records and join them to the launches",
      .flag_help = "do not listen for GPU records", REC(NOT, no_gpu), CONF(BOOL, gpu)},

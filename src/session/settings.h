@@ -78,6 +78,7 @@ enum np_cupti_inject { NP_CUPTI_INJECT_NEVER, NP_CUPTI_INJECT_WINDOW, NP_CUPTI_I
 struct np_daemon_config {
     char *output_dir, *ctl_socket, *cupti_socket, *flag_file; /* flag_file NULL: none */
     bool gpu, aggregate;
+    bool nccl_flows;  /* into capture windows' sets (flows/) */
     int cupti_inject; /* enum np_cupti_inject */
     /* max_output_age_ms 0: no age cap. Every duration is at most 36500 days,
      * so converting one to nanoseconds cannot overflow a uint64_t. */

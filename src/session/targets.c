@@ -177,6 +177,7 @@ void np_session_remove_target(struct np_session *s, struct np_target *t) {
         if (s->targets[i] != t)
             continue;
         np_session_target_exited(s, t);
+        np_session_flows_forget(s, (uint32_t)t->proc.pid);
         np_target_free(t);
         s->targets[i] = s->targets[--s->ntargets];
         return;

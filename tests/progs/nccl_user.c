@@ -12,7 +12,8 @@
  *
  * --scenario NAME picks another workload (see README.md); every one runs --iters times, along
  * main -> train_step -> <named function> -> the API. The communicators are created before the
- * --wait-signal wait.
+ * --wait-signal wait. --pause-after N (with --wait-signal) waits for the signal once more after N
+ * iterations, saying "ready PID" again.
  *
  * With --real-nccl PATH it instead dlopen()s the real libnccl.so.2 and calls its ncclGetVersion
  * once and its ncclAllReduce (comm = NULL, so it fails fast) once per iteration, along
@@ -525,7 +526,7 @@ static ncclComm_t make_comm(int nranks, int rank, unsigned flags, uint64_t id) {
 
 static void usage(FILE *out) {
     fprintf(out, "usage: nccl_user [--iters N] [--rank R] [--nranks N] [--wait-signal]\n"
-                 "                 [--scenario NAME] [--real-nccl PATH]\n"
+                 "                 [--pause-after N] [--scenario NAME] [--real-nccl PATH]\n"
                  "scenarios:");
     for (int s = 0; s < SC_COUNT; s++)
         fprintf(out, " %s", scenario_names[s]);
@@ -538,12 +539,13 @@ int main(int argc, char **argv) {
         {"rank", required_argument, NULL, 'r'},
         {"nranks", required_argument, NULL, 'n'},
         {"wait-signal", no_argument, NULL, 'w'},
+        {"pause-after", required_argument, NULL, 'p'},
         {"real-nccl", required_argument, NULL, 'R'},
         {"scenario", required_argument, NULL, 's'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    long iters = 10, rank = 0, nranks = 2;
+    long iters = 10, rank = 0, nranks = 2, pause_after = -1;
     bool wait_signal = false;
     const char *real_path = NULL;
     int opt;
@@ -560,6 +562,9 @@ int main(int argc, char **argv) {
             break;
         case 'w':
             wait_signal = true;
+            break;
+        case 'p':
+            pause_after = progs_parse_long("--pause-after", optarg, 0);
             break;
         case 'R':
             real_path = optarg;
@@ -585,7 +590,7 @@ int main(int argc, char **argv) {
         }
     }
     if (optind != argc || rank >= nranks || nranks > 1 << 20 ||
-        (real_path && scenario != SC_LOOP)) {
+        (real_path && scenario != SC_LOOP) || (pause_after >= 0 && !wait_signal)) {
         usage(stderr);
         return PROGS_EXIT_USAGE;
     }
@@ -643,6 +648,10 @@ int main(int argc, char **argv) {
         printf("real_nccl fn=ncclGetVersion rc=%d version=%d\n", (int)rc, version);
     }
     for (long i = 0; i < iters; i++) {
+        if (i == pause_after) {
+            progs_announce_ready();
+            progs_wait_start_signal();
+        }
         train_step(comm);
         KEEP_FRAME();
     }

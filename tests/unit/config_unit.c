@@ -56,7 +56,7 @@ static bool same_str(const char *a, const char *b) {
 static bool same_config(const struct np_daemon_config *a, const struct np_daemon_config *b) {
     return same_str(a->output_dir, b->output_dir) && same_str(a->ctl_socket, b->ctl_socket) &&
            same_str(a->cupti_socket, b->cupti_socket) && same_str(a->flag_file, b->flag_file) &&
-           a->gpu == b->gpu && a->aggregate == b->aggregate &&
+           a->gpu == b->gpu && a->aggregate == b->aggregate && a->nccl_flows == b->nccl_flows &&
            a->gpu_timeout_ms == b->gpu_timeout_ms &&
            a->aggregate_interval_ms == b->aggregate_interval_ms &&
            a->max_window_ms == b->max_window_ms && a->max_output_age_ms == b->max_output_age_ms &&
@@ -83,6 +83,7 @@ static const char *const ALL_KEYS = "output_dir = /data/np\n"
                                     "cupti_socket = /tmp/np/cupti.sock\n"
                                     "gpu = no\n"
                                     "gpu_timeout = 500ms\n"
+                                    "nccl_flows = yes\n"
                                     "flag_file = /run/np.flag\n"
                                     "aggregate = off\n"
                                     "aggregate_interval = 90\n"
