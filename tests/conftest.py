@@ -47,19 +47,24 @@ def _ours(pid):
     return False
 
 
+_killed = set()
+
+
 @pytest.fixture(autouse=True, scope="module")
-def no_tracer_outlives_its_module():
-    """An ncclprobe a test module started and left running (a daemon traces every CUDA
-    process on the machine; its uprobes take the breakpoints gdb sets in later tests) is
-    killed when the module ends, and said as a warning naming the module."""
-    before = set(running_tracers())
-    yield
+def no_tracer_outlives_its_module(request):
+    """An ncclprobe an earlier test module started and left running (a daemon traces every
+    CUDA process on the machine) is killed before the next module starts, and said as a
+    warning. Checked at the next module's start: pytest finalizes one module's fixtures in no
+    fixed order among themselves, but all of them before the next module's."""
     leaked = {pid: cmd for pid, cmd in running_tracers().items()
-              if pid not in before and _ours(pid)}
+              if _ours(pid) and pid not in _killed}
+    _killed.update(leaked)  # a killed one may take a while to be gone
     for pid in leaked:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
     if leaked:
-        warnings.warn(f"ncclprobe processes left running by this module, killed: {leaked}")
+        warnings.warn(f"ncclprobe processes left running before {request.module.__name__}, "
+                      f"killed: {leaked}")
+    yield

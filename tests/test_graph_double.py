@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from lib.gdb import hbreak_script
 from lib.paths import PROGS, REPO
 from lib.processes import Workload
 from lib.skip import needs_binary, needs_tools
@@ -629,13 +630,11 @@ def gdb_chains(argv, tmp_path):
     """Runs argv under gdb, with a breakpoint on each launch entry point; returns
     Counter((api, chain)): the chain from main's callee (or the thread's entry function) down
     to the caller, as gdb's backtrace says."""
-    script = ["set breakpoint pending on", "set pagination off", "set width 0"]
-    for api in ("cuLaunchKernel", "cuLaunchKernelEx", "cuGraphLaunch"):
-        script += [f"break {api}", "commands", "silent", "bt", "continue", "end"]
-    script += ["run", "quit"]
-    path = tmp_path / "chains.gdb"
-    path.write_text("\n".join(script) + "\n")
-    proc = subprocess.run(["gdb", "-batch", "-nx", "-x", path, "--args", *map(str, argv)],
+    breaks = hbreak_script(tmp_path, ["cuLaunchKernel", "cuLaunchKernelEx", "cuGraphLaunch"],
+                           backtrace=True)
+    proc = subprocess.run(["gdb", "-batch", "-nx", "-ex", "set pagination off", "-ex",
+                           "set width 0", "-x", breaks, "-ex", "run", "-ex", "quit",
+                           "--args", *map(str, argv)],
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "DEBUGINFOD_URLS": ""}, stdin=subprocess.DEVNULL)
     frame = re.compile(r"^#(\d+)\s+(?:0x[0-9a-f]+ in )?(\S+) \(")

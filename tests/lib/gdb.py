@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,21 +56,82 @@ def strip_parameters(name):
     return name
 
 
-def run_gdb_backtrace(argv, env=None, timeout=120):
+# gdb breakpoints that any uprobe on the same instruction cannot take: where a uprobe sits (any
+# tracer's on this machine, say a daemon tracing every CUDA process), the kernel hands an int3
+# trap to the uprobe and gdb never stops. A hardware breakpoint (a debug register) traps before
+# the instruction runs, int3 or not. Each goes on the function itself (not a PLT stub of the
+# same name) once a library defining it is loaded, linked or dlopen'd, while the process is
+# stopped. BACKTRACE_AT: names to "backtrace and go on" at (else: stop at the first).
+HBREAK_SCRIPT = """
+import gdb
+
+FUNCTIONS = %(functions)r
+BACKTRACE_AT = %(backtrace)r
+
+
+class Backtrace(gdb.Breakpoint):
+    def stop(self):
+        gdb.write(gdb.execute("bt", to_string=True))
+        return False
+
+
+def place(event):
+    if gdb.selected_inferior().pid == 0:
+        return
+    for name in list(FUNCTIONS):
+        try:
+            addr = int(gdb.parse_and_eval("(long)&" + name))
+        except gdb.error:
+            continue
+        if not gdb.execute("info symbol %%#x" %% addr, to_string=True).startswith(name + " "):
+            continue  # a PLT stub of a library loaded before the one that defines it
+        kind = Backtrace if BACKTRACE_AT else gdb.Breakpoint
+        kind("*%%#x" %% addr, type=gdb.BP_HARDWARE_BREAKPOINT)
+        FUNCTIONS.remove(name)
+    if not FUNCTIONS:
+        gdb.events.new_objfile.disconnect(place)
+
+
+gdb.events.new_objfile.connect(place)
+"""
+
+
+def hbreak_script(directory, functions, backtrace=False):
+    """A gdb Python script (written in directory) that puts hardware breakpoints on
+    functions as their libraries load (see HBREAK_SCRIPT); returns its path."""
+    path = Path(directory) / "hbreak.py"
+    path.write_text(HBREAK_SCRIPT % {"functions": list(functions), "backtrace": backtrace})
+    return path
+
+
+def run_gdb_backtrace(argv, env=None, timeout=120, hardware=True):
     """Runs argv under gdb, stops at the first cudaLaunchKernel and returns its backtrace as
-    GdbFrames, leaf (#0) first, plus gdb's whole output (for error messages)."""
-    cmd = [GDB, "-batch", "-nx", "-ex", "set breakpoint pending on",
-           "-ex", "break cudaLaunchKernel", "-ex", "run", "-ex", "bt",
-           "-ex", "info proc mappings", "-ex", "kill", "--args", *map(str, argv)]
-    full_env = {**os.environ, "DEBUGINFOD_URLS": "", **(env or {})}
-    # Now and then, on a loaded machine with other uprobe users busy, gdb misses the library
-    # load or the thread's stop and never reports a stop in cudaLaunchKernel: that says nothing
-    # about the program, so try again.
+    GdbFrames, leaf (#0) first, plus gdb's whole output (for error messages). hardware=False:
+    the breakpoint a user sets (`break cudaLaunchKernel`, an int3), not a hardware one."""
+    with tempfile.TemporaryDirectory() as tmp:
+        breaks = ["-x", hbreak_script(tmp, ["cudaLaunchKernel"])] if hardware else \
+            ["-ex", "set breakpoint pending on", "-ex", "break cudaLaunchKernel"]
+        cmd = [GDB, "-batch", "-nx", *breaks, "-ex", "run", "-ex", "bt",
+               "-ex", "info proc mappings", "-ex", "kill", "--args", *map(str, argv)]
+        full_env = {**os.environ, "DEBUGINFOD_URLS": "", **(env or {})}
+        proc = run_until_stopped(cmd, full_env, timeout)
+    return parse_backtrace(argv, proc)
+
+
+def run_until_stopped(cmd, env, timeout):
+    # Now and then, on a loaded machine, gdb misses the library load or the thread's stop and
+    # never reports a stop in cudaLaunchKernel: that says nothing about the program, so try
+    # again.
     for _ in range(5):
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              env=full_env, stdin=subprocess.DEVNULL)
+                              env=env, stdin=subprocess.DEVNULL)
         if re.search(r"^#0\s+(?:0x[0-9a-f]+ in )?cudaLaunchKernel ", proc.stdout, re.M):
             break
+    return proc
+
+
+def parse_backtrace(argv, proc):
+    """gdb's backtrace in proc's output as GdbFrames, and the whole output."""
     output = proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
 

@@ -23,13 +23,15 @@ def thread_lines(text, key="variant", value="launches"):
 
 def running_tracers():
     """{pid: command line} of the ncclprobe processes running on this machine (ours,
-    a test's that outlived it, anyone's)."""
+    a test's that outlived it, anyone's; not zombies, which hold nothing)."""
     found = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
             if Path(f"/proc/{d}/comm").read_text().strip() != "ncclprobe":
+                continue
+            if Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
                 continue
             cmdline = Path(f"/proc/{d}/cmdline").read_bytes()
         except OSError:
