@@ -9,7 +9,7 @@
 # instrumentation (-fsanitize=fuzzer-no-link); each harness fuzz/NAME_fuzz.c
 # links the objects it calls, as the unit tests do.
 FUZZ_BUILD   := build/fuzz
-FUZZ_NAMES   := config ctl gpu_wire pycode elf folded trace recording
+FUZZ_NAMES   := config ctl gpu_wire pycode elf folded trace recording ingest
 FUZZ_SECONDS ?= 60
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 

@@ -428,12 +428,14 @@ static void dispatch(struct np_ingest *in, void *data, size_t size) {
     }
 }
 
-/* A record that did not fit in the backlog (the drain thread). */
+/* A record that did not fit in the backlog (the drain thread). It was not
+ * validated: a probe id past any probe's is counted under none (0), not
+ * grown a per-probe array for. */
 static void backlog_drop(struct np_ingest *in, const void *data, size_t size) {
     const struct np_event_header *h = data;
     bool launch = size >= NP_LAUNCH_FIXED_SIZE && h->type == NP_EV_LAUNCH;
-    np_backlog_count_drop(&in->backlog, launch,
-                          launch ? ((const struct np_launch_event *)data)->called_as : 0);
+    uint32_t id = launch ? ((const struct np_launch_event *)data)->called_as : 0;
+    np_backlog_count_drop(&in->backlog, launch, id < NP_MAX_PROBES ? id : 0);
 }
 
 static void raw_dump(struct np_ingest *in, const void *data, size_t size) {

@@ -25,7 +25,8 @@ uint64_t np_hash_bytes(const void *data, size_t len) {
         h = rotl64(h, 27) * 5 + 0x52dce729;
     }
     uint64_t tail = 0;
-    memcpy(&tail, p, len);
+    if (len) /* p may be NULL when nothing is hashed (an empty np_str) */
+        memcpy(&tail, p, len);
     h ^= rotl64(tail * c1, 31) * c2;
     h ^= h >> 33;
     h *= 0xff51afd7ed558ccdull;

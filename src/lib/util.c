@@ -247,16 +247,26 @@ const char *np_str_cstr(const struct np_str *s) {
 
 void np_sanitize_frame(char *out, size_t out_size, const char *in, bool no_spaces) {
     size_t o = 0;
+    const unsigned char *p = (const unsigned char *)in;
 
     if (out_size == 0)
         return;
-    for (const unsigned char *p = (const unsigned char *)in; *p && o + 1 < out_size; p++) {
+    for (; *p && o + 1 < out_size; p++) {
         unsigned char c = *p;
         if (c == ';' || c < 0x20 || c == 0x7f)
             c = '_';
         else if (no_spaces && c == ' ')
             c = '_';
         out[o++] = (char)c;
+    }
+    if (*p) { /* cut short: not in the middle of a UTF-8 character */
+        size_t lead = o;
+        while (lead > 0 && o - lead < 3 && ((unsigned char)out[lead - 1] & 0xc0) == 0x80)
+            lead--;
+        unsigned char c = lead > 0 ? (unsigned char)out[lead - 1] : 0;
+        size_t need = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2;
+        if (c >= 0xc0 && o - (lead - 1) < need)
+            o = lead - 1;
     }
     out[o] = '\0';
 }

@@ -78,7 +78,8 @@ const char *np_str_cstr(const struct np_str *s);
 
 /* Copies `in` into `out` (at most out_size bytes incl. NUL) keeping only
  * characters that are safe in a folded-stack frame: no ';', no control
- * characters or newlines; spaces become '_' when `no_spaces`. */
+ * characters or newlines; spaces become '_' when `no_spaces`. Cut short,
+ * it ends before a UTF-8 character that does not fit whole. */
 void np_sanitize_frame(char *out, size_t out_size, const char *in, bool no_spaces);
 
 uint64_t np_monotonic_ns(void);

@@ -116,6 +116,13 @@ static void test_sanitize(void) {
     check_str(out, "?", "empty comm");
     np_sanitize_frame(out, 4, "abcdef", false);
     check_str(out, "abc", "truncation");
+    /* cut before a character that does not fit whole, never inside one */
+    np_sanitize_frame(out, 4, "a\xc3\xa9\xc3\xa9", false);
+    check_str(out, "a\xc3\xa9", "truncation at a UTF-8 boundary");
+    np_sanitize_frame(out, 4, "ab\xf0\x9f\x98\x80", false);
+    check_str(out, "ab", "truncation before a 4-byte character");
+    np_sanitize_frame(out, 5, "\xe2\x82\xac\xe2\x82\xac", false);
+    check_str(out, "\xe2\x82\xac", "truncation before a 3-byte character");
 }
 
 static void test_json(void) {
