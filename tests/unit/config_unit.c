@@ -745,7 +745,7 @@ static void test_load(void) {
             }
             np_str_append(&un, "\n");
         }
-        CHECK(keys == 34); /* every key */
+        CHECK(keys == 35); /* every key */
         rc = parse(np_str_cstr(&un), &d);
         CHECK(rc == 0);
         if (rc)
