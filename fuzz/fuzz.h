@@ -21,6 +21,11 @@ const char *fuzz_file(const char *name, const void *data, size_t size);
 /* Removes every file of fuzz_dir() (between inputs that write several). */
 void fuzz_clear_dir(void);
 
+/* A CPython 3.12-shaped code-object layout, the offsets of the images the
+ * harnesses build (pycode_fuzz, ingest_fuzz). */
+struct np_python_layout;
+void fuzz_python_layout(struct np_python_layout *out);
+
 /* Aborts with a message when cond is false: a contract the code under test
  * documents did not hold. */
 #define FUZZ_CHECK(cond)                                                                           \

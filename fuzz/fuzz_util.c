@@ -10,6 +10,8 @@
 
 #include "fuzz.h"
 
+#include "attach/python.h"
+
 _Noreturn void fuzz_fail(const char *file, int line, const char *what) {
     fprintf(stderr, "%s:%d: contract broken: %s\n", file, line, what);
     abort();
@@ -53,4 +55,21 @@ void fuzz_clear_dir(void) {
         if (e->d_name[0] != '.' || (e->d_name[1] && strcmp(e->d_name, "..")))
             unlinkat(dirfd(d), e->d_name, 0);
     closedir(d);
+}
+
+void fuzz_python_layout(struct np_python_layout *out) {
+    *out = (struct np_python_layout){
+        .walkable = true,
+        .co_firstlineno = 0x44,
+        .co_filename = 0x70,
+        .co_name = 0x78,
+        .co_qualname = 0x80,
+        .co_linetable = 0x88,
+        .bytes_size = 0x10,
+        .bytes_data = 0x20,
+        .str_length = 0x10,
+        .str_state = 0x20,
+        .str_ascii_data = 0x28,
+        .str_compact_data = 0x38,
+    };
 }

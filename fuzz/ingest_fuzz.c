@@ -99,20 +99,7 @@ enum {
 static struct np_attacher attacher;
 static struct np_process proc;
 static struct np_ingest_proc target, target_nosym;
-static struct np_python_layout py_layout = {
-    .walkable = true,
-    .co_firstlineno = 0x44,
-    .co_filename = 0x70,
-    .co_name = 0x78,
-    .co_qualname = 0x80,
-    .co_linetable = 0x88,
-    .bytes_size = 0x10,
-    .bytes_data = 0x20,
-    .str_length = 0x10,
-    .str_state = 0x20,
-    .str_ascii_data = 0x28,
-    .str_compact_data = 0x38,
-};
+static struct np_python_layout py_layout;
 static struct np_nccl_layout nccl_full, nccl_stripped, nccl_old;
 static uint8_t *image;
 static FILE *dev_null;
@@ -372,6 +359,7 @@ static void setup(void) {
     FUZZ_CHECK(dladdr((void *)&getpid, &info) && info.dli_fname);
     add_library(info.dli_fname);
     proc.python.found = true;
+    fuzz_python_layout(&py_layout);
     snprintf(proc.python.path, sizeof(proc.python.path), "%s", proc.libs[0].path);
     proc.python.layout = py_layout;
     target.process = target_nosym.process = &proc;

@@ -22,20 +22,7 @@
 #define IMAGE_BASE 0x5a0000000000ull
 #define IMAGE_SIZE (1u << 20)
 
-static struct np_python_layout layout = {
-    .walkable = true,
-    .co_firstlineno = 0x44,
-    .co_filename = 0x70,
-    .co_name = 0x78,
-    .co_qualname = 0x80,
-    .co_linetable = 0x88,
-    .bytes_size = 0x10,
-    .bytes_data = 0x20,
-    .str_length = 0x10,
-    .str_state = 0x20,
-    .str_ascii_data = 0x28,
-    .str_compact_data = 0x38,
-};
+static struct np_python_layout layout;
 
 static uint8_t *image(void) {
     static uint8_t *base;
@@ -71,6 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (last > n)
         memset(img + n, 0, last - n);
     last = n;
+    fuzz_python_layout(&layout);
     layout.linetable_310 = data[0] & 1;
     layout.co_qualname = (data[0] & 2) ? NP_PY_NO_FIELD : 0x80;
     int32_t instr;

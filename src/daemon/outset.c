@@ -82,17 +82,6 @@ int np_outset_open(const char *root, const char *host, enum np_outset_kind kind,
     return 0;
 }
 
-/* window.json's "nccl_flows": what the set's flows/ holds. */
-static void flows_json(cJSON *root, const struct np_flows_totals *f) {
-    cJSON *o = cJSON_AddObjectToObject(root, "nccl_flows");
-    np_json_add_u64(o, "ops", f->ops);
-    np_json_add_u64(o, "peers", f->peers);
-    np_json_add_u64(o, "steps", f->steps);
-    np_json_add_u64(o, "file_sets", f->sets);
-    np_json_add_u64(o, "malformed", f->malformed);
-    np_json_add_u64(o, "write_errors", f->write_errors);
-}
-
 static int write_window_json(const struct np_outset *s, const struct np_output_totals *t,
                              const struct np_flows_totals *flows) {
     cJSON *root = cJSON_CreateObject();
@@ -126,8 +115,8 @@ static int write_window_json(const struct np_outset *s, const struct np_output_t
     np_json_add_u64(tot, "write_errors", t->write_errors);
     cJSON_AddBoolToObject(tot, "per_launch_complete", t->cut_error == 0);
     np_json_add_u64(tot, "records_cut", t->records_cut);
-    if (flows)
-        flows_json(root, flows);
+    if (flows) /* what the set's flows/ holds */
+        np_flows_totals_json(cJSON_AddObjectToObject(root, "nccl_flows"), flows);
     char path[4200];
     snprintf(path, sizeof(path), "%s/" NP_REC_WINDOW_JSON, s->dir);
     return np_json_write_file(path, root);

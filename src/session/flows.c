@@ -184,12 +184,7 @@ cJSON *np_session_flows_json(struct np_session *s) {
     const struct np_flows_totals *t = &s->flows_totals;
     np_json_add_u64(o, "records_sent", flow_count(s, 0));
     np_json_add_u64(o, "records_dropped", flow_count(s, 1));
-    np_json_add_u64(o, "ops", t->ops);
-    np_json_add_u64(o, "peers", t->peers);
-    np_json_add_u64(o, "steps", t->steps);
-    np_json_add_u64(o, "file_sets", t->sets);
-    np_json_add_u64(o, "malformed", t->malformed);
-    np_json_add_u64(o, "write_errors", t->write_errors);
+    np_flows_totals_json(o, t);
     return o;
 }
 

@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "writers/flows.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "lib/json.h"
 #include "lib/util.h"
 
 #define MAX_SETS 256
@@ -265,4 +267,13 @@ void np_flows_out_close(struct np_flows_out *o, struct np_flows_totals *totals) 
         *totals = o->totals;
     np_str_free(&o->line);
     free(o);
+}
+
+void np_flows_totals_json(cJSON *o, const struct np_flows_totals *t) {
+    np_json_add_u64(o, "ops", t->ops);
+    np_json_add_u64(o, "peers", t->peers);
+    np_json_add_u64(o, "steps", t->steps);
+    np_json_add_u64(o, "file_sets", t->sets);
+    np_json_add_u64(o, "malformed", t->malformed);
+    np_json_add_u64(o, "write_errors", t->write_errors);
 }

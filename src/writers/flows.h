@@ -26,6 +26,10 @@ struct np_flow_topology;
 void np_flows_out_topology(struct np_flows_out *o, const struct np_flow_rec *r,
                            const struct np_flow_topology *t);
 void np_flows_out_malformed(struct np_flows_out *o);
+struct cJSON;
+/* Adds totals to o as summary.json's and window.json's "nccl_flows" say them. */
+void np_flows_totals_json(struct cJSON *o, const struct np_flows_totals *t);
+
 /* Writes flow_rank<R>.json of every set, closes everything; totals may be NULL. */
 void np_flows_out_close(struct np_flows_out *o, struct np_flows_totals *totals);
 
