@@ -6,7 +6,8 @@
  * the ncclProxyOp and the communicator's identity at the offsets user
  * space read from the library's DWARF (flow_cfg, include/ncclprobe/flows.h);
  * BPF knows no NCCL struct. Never blocks, never fails the target: a full
- * ring buffer is counted in flow_drops. */
+ * ring buffer is counted in flow_drops. A third program, on uploadProxyOps
+ * (comm, plan), names the launch the posted ops belong to. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -34,6 +35,28 @@ struct {
     __type(key, __u64);
     __type(value, __u8);
 } topo_sent SEC(".maps");
+
+/* The main object's map (user space reuses its fd): plan -> launch_id. */
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, NP_PLAN_LAUNCHES);
+    __type(key, struct np_plan_key);
+    __type(value, __u64);
+} plan_launches SEC(".maps");
+
+/* Per thread: the uploadProxyOps activation it is in, and its plan's launch. */
+struct upload_scope {
+    __u64 sp;  /* the stack pointer at its entry */
+    __u64 ret; /* the return address there: still in place while it runs */
+    __u64 launch_id;
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 16384);
+    __type(key, __u32);
+    __type(value, struct upload_scope);
+} upload_scopes SEC(".maps");
 
 /* [0]: records sent, [1]: lost (ring buffer full) */
 struct {
@@ -70,8 +93,19 @@ static __always_inline __u32 copy(void *dst, __u64 cap, __u64 len, __u64 addr) {
     return bpf_probe_read_user(dst, len, (void *)addr) == 0 ? (__u32)len : 0;
 }
 
+/* The launch whose plan this thread is posting, when the thread is inside
+ * uploadProxyOps (below its entry stack pointer, the return address still
+ * there); 0: not inside one, or the plan's launch was not seen. */
+static __always_inline __u64 current_launch(struct pt_regs *ctx, __u32 tid) {
+    struct upload_scope *u = bpf_map_lookup_elem(&upload_scopes, &tid);
+    if (!u || PT_REGS_SP(ctx) >= u->sp || read_ptr(u->sp) != u->ret)
+        return 0;
+    return u->launch_id;
+}
+
 /* Reserves and fills the common part; NULL when the ring is full. */
-static __always_inline struct np_flow_event *start(const struct np_flow_cfg *cfg, __u32 kind,
+static __always_inline struct np_flow_event *start(struct pt_regs *ctx,
+                                                   const struct np_flow_cfg *cfg, __u32 kind,
                                                    __u32 slot, __u64 comm, __u64 op) {
     struct np_flow_event *e = bpf_ringbuf_reserve(&flow_events, sizeof(*e), 0);
     if (!e) {
@@ -85,6 +119,7 @@ static __always_inline struct np_flow_event *start(const struct np_flow_cfg *cfg
     e->tid = (__u32)pid_tgid;
     e->ts_ns = bpf_ktime_get_ns();
     e->comm = comm;
+    e->launch_id = current_launch(ctx, e->tid);
     e->type = e->peer = e->conn_index = e->channel = e->tree_up = -1;
     e->pad = 0;
     e->comm_len = copy(e->comm_bytes, NP_FLOW_COMM_BYTES, cfg->comm_len, comm + cfg->comm_lo);
@@ -153,7 +188,7 @@ int np_flow_save_op(struct pt_regs *ctx) {
         return 0;
     send_topology(cfg, slot, PT_REGS_PARM1(ctx));
     struct np_flow_event *e =
-        start(cfg, NP_FLOW_EV_OP, slot, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx));
+        start(ctx, cfg, NP_FLOW_EV_OP, slot, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx));
     if (e)
         send(e);
     return 0;
@@ -199,7 +234,7 @@ int np_flow_save_proxy(struct pt_regs *ctx) {
     }
     if (inquire != 0 || !proxied(cfg, channel, type, peer, conn_index))
         return 0;
-    struct np_flow_event *e = start(cfg, NP_FLOW_EV_PEER, slot, PT_REGS_PARM1(ctx), op);
+    struct np_flow_event *e = start(ctx, cfg, NP_FLOW_EV_PEER, slot, PT_REGS_PARM1(ctx), op);
     if (!e)
         return 0;
     e->type = type;
@@ -208,5 +243,20 @@ int np_flow_save_proxy(struct pt_regs *ctx) {
     e->channel = read_s32(channel + cfg->ch_id);
     e->tree_up = read_s32(channel + cfg->ch_tree_up);
     send(e);
+    return 0;
+}
+
+/* uploadProxyOps(comm, plan): the thread now posts this plan's ops; its
+ * launch is the one plan_launches has for the plan (0: not seen - sent
+ * before the attach, or rate-limited). */
+SEC("uprobe")
+int np_flow_upload(struct pt_regs *ctx) {
+    __u64 pid_tgid = bpf_get_current_pid_tgid();
+    __u32 tid = (__u32)pid_tgid;
+    struct np_plan_key key = {.plan = PT_REGS_PARM2(ctx), .tgid = pid_tgid >> 32};
+    __u64 *id = bpf_map_lookup_elem(&plan_launches, &key);
+    struct upload_scope u = {
+        .sp = PT_REGS_SP(ctx), .ret = read_ptr(PT_REGS_SP(ctx)), .launch_id = id ? *id : 0};
+    bpf_map_update_elem(&upload_scopes, &tid, &u, BPF_ANY);
     return 0;
 }

@@ -15,6 +15,7 @@
 #include <bpf/bpf_tracing.h>
 
 #include "ncclprobe/events.h"
+#include "ncclprobe/flows.h"
 
 /* libbpf 1.1's bpf_tracing.h stops at the fifth argument on x86-64. */
 #ifndef PT_REGS_PARM6
@@ -1006,11 +1007,12 @@ static __always_inline void nested_in_scope(struct np_launch_event *e, const str
     }
 }
 
-/* ts: the hit's time, shared with the NCCL plan record of the same hit. */
+/* ts: the hit's time, shared with the NCCL plan record of the same hit;
+ * launch_id: its number (next_launch_id), shared with plan_launches. */
 /* fast: the launch is taken at the CUPTI marker (NP_LF_AT_MARKER): its
  * arguments come from CUPTI's params struct at `params`, not registers. */
 static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_probe_cfg *cfg,
-                                       __u32 probe_id, __u64 pid_tgid, __u64 ts,
+                                       __u32 probe_id, __u64 pid_tgid, __u64 ts, __u64 launch_id,
                                        const struct np_fast_cfg *fast, __u64 params) {
     __u32 cpu = bpf_get_smp_processor_id();
     struct np_launch_event *e = bpf_map_lookup_elem(&launch_scratch, &cpu);
@@ -1034,6 +1036,7 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
     e->bp = PT_REGS_FP(ctx);
     e->ret_addr = 0;
     e->corr_id = 0;
+    e->launch_id = launch_id;
     __builtin_memset(e->deref, 0, sizeof(e->deref));
     if (fast) {
         /* the arguments (and the Ex launches' config) from CUPTI's params;
@@ -1276,6 +1279,17 @@ struct {
     __type(value, struct np_nccl_plan_event);
 } nccl_scratch SEC(".maps");
 
+/* Which launch each plan went out with, for the flow probes (flows.h). */
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, NP_PLAN_LAUNCHES);
+    __type(key, struct np_plan_key);
+    __type(value, __u64);
+} plan_launches SEC(".maps");
+
+/* Set by user space when --nccl-flows loads the flow probes: only then is plan_launches kept. */
+volatile __u32 plan_launch_ids;
+
 struct task_walk {
     struct np_nccl_plan_event *e;
     const struct np_nccl_list_cfg *list;
@@ -1320,7 +1334,8 @@ static __always_inline void read_span(__u8 *dst, __u32 max, __u64 base, __u32 lo
 }
 
 static __always_inline void emit_nccl_plan(struct pt_regs *ctx, const struct np_nccl_cfg *cfg,
-                                           __u32 probe_id, __u64 pid_tgid, __u64 ts) {
+                                           __u32 probe_id, __u64 pid_tgid, __u64 ts,
+                                           __u64 launch_id) {
     __u32 zero = 0;
     struct np_nccl_plan_event *e = bpf_map_lookup_elem(&nccl_scratch, &zero);
     if (!e)
@@ -1333,6 +1348,10 @@ static __always_inline void emit_nccl_plan(struct pt_regs *ctx, const struct np_
     e->comm = comm_arg < NP_REG_ARGS ? args[comm_arg] : 0;
     e->plan = plan_arg < NP_REG_ARGS ? args[plan_arg] : 0;
     e->stream = 0;
+    if (plan_launch_ids && e->plan) {
+        struct np_plan_key key = {.plan = e->plan, .tgid = pid_tgid >> 32};
+        bpf_map_update_elem(&plan_launches, &key, &launch_id, BPF_ANY);
+    }
     __builtin_memset(e->comm_bytes, 0, sizeof(e->comm_bytes));
     __builtin_memset(e->plan_bytes, 0, sizeof(e->plan_bytes));
     __builtin_memset(e->aux_bytes, 0, sizeof(e->aux_bytes));
@@ -1459,6 +1478,13 @@ static __always_inline struct np_fast_cfg *take_at_marker(struct pt_regs *ctx, _
     return fast;
 }
 
+/* Numbers the hits that send a launch record: launches.jsonl's launch_id. */
+__u64 launch_ids;
+
+static __always_inline __u64 next_launch_id(void) {
+    return __sync_fetch_and_add(&launch_ids, 1) + 1;
+}
+
 static __always_inline int on_entry(struct pt_regs *ctx) {
     __u32 probe_id = (__u32)bpf_get_attach_cookie(ctx);
     __u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -1475,7 +1501,7 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
     count_probe(&probe_hits, probe_id);
 
     struct np_fast_cfg *fast = NULL;
-    __u64 launch_ts = 0, params = 0;
+    __u64 launch_ts = 0, launch_id = 0, params = 0;
     switch (cfg->role) {
     case NP_ROLE_LAUNCH: {
         /* while a capture is on in the process its launches all go: the
@@ -1485,10 +1511,11 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
         __u64 ts = bpf_ktime_get_ns();
         if (over_rate_limit(probe_id, ts, pid_tgid >> 32))
             return 0;
+        launch_id = next_launch_id();
         struct np_nccl_cfg *nccl =
             cfg->nccl_plan ? bpf_map_lookup_elem(&nccl_cfg, &probe_id) : NULL;
         if (nccl)
-            emit_nccl_plan(ctx, nccl, probe_id, pid_tgid, ts);
+            emit_nccl_plan(ctx, nccl, probe_id, pid_tgid, ts, launch_id);
         count(NP_CNT_LAUNCH_HITS);
         launch_ts = ts;
         break;
@@ -1531,7 +1558,9 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
     }
     /* one call site for every launch record: the verifier walks it (its stack copy, its
      * Python walk) once, not once per role */
-    return emit_launch(ctx, cfg, probe_id, pid_tgid, launch_ts, fast, params);
+    if (!launch_id)
+        launch_id = next_launch_id();
+    return emit_launch(ctx, cfg, probe_id, pid_tgid, launch_ts, launch_id, fast, params);
 }
 
 static __always_inline int on_return(struct pt_regs *ctx) {

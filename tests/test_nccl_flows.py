@@ -59,9 +59,35 @@ def second_half(lines):
     return lines[len(lines) // 2:]
 
 
+def launch_ids_by_seq(rec, log):
+    """{(comm_hash, seq): launch_id}: the double's launches (its log's "launch" lines, "seq"
+    per communicator) matched in order to rec's launches.jsonl NCCL launches of the same
+    communicator. A window set holds the last ones: they are matched from the end."""
+    launches = read_jsonl(rec.path / "launches.jsonl")
+    ids = [x["launch_id"] for x in launches]
+    assert all(isinstance(i, int) and i > 0 for i in ids) and len(set(ids)) == len(ids)
+    got = {}
+    for x in launches:
+        if x.get("nccl") and x["nccl"].get("comm_hash"):
+            got.setdefault(x["nccl"]["comm_hash"], []).append(x["launch_id"])
+    want = {}
+    for x in read_jsonl(log):
+        if "launch" in x:
+            want.setdefault(hex16(x["comm_hash"]), []).append(x["seq"])
+    by_seq = {}
+    for comm, seqs in want.items():
+        mine = got.get(comm, [])
+        assert 0 < len(mine) <= len(seqs), (comm, mine, seqs)
+        for seq, launch_id in zip(seqs[len(seqs) - len(mine):], mine):
+            by_seq[(comm, seq)] = launch_id
+    return by_seq
+
+
 def check_against_truth(rec, log, pid, part=None):
     """Every op and step of the log (or of part(its lines), per communicator) is in rec's
-    flows/, field by field."""
+    flows/, field by field; each names the launch (launches.jsonl's launch_id) whose plan
+    posted it."""
+    launch_of = launch_ids_by_seq(rec, log)
     truth = flow_truth(log)
     if part:
         truth = {k: (part(v) if k[0] in ("op", "step") else v) for k, v in truth.items()}
@@ -79,7 +105,9 @@ def check_against_truth(rec, log, pid, part=None):
             assert got["pid"] == pid
             for key in OP_KEYS:
                 assert got[key] == want[key], (key, got, want)
+            assert got["launch_id"] == launch_of[(hex16(comm), want["launch_seq"])], (got, want)
             patterns[got["pattern"]] += 1
+        op_launch = {(x["opCount"], x["channel"]): x["launch_id"] for x in ops}
         steps = read_jsonl(d / f"flow_steps_rank{RANK}.jsonl")
         want_steps = truth[("step", comm)]
         assert len(steps) == len(want_steps)
@@ -87,6 +115,7 @@ def check_against_truth(rec, log, pid, part=None):
             assert got["comm"] == hex16(comm) and got["nranks"] == want_ops[0]["nranks"]
             for key in STEP_KEYS:
                 assert got[key] == want[key], (key, got, want)
+            assert got["launch_id"] == op_launch[(got["opCount"], got["channel"])], got
         whole = json.loads((d / f"flow_rank{RANK}.json").read_text())
         assert whole["rank"] == RANK and whole["meta"] == ops[0] and whole["steps"] == steps
     return truth, patterns
@@ -123,6 +152,7 @@ def test_flows_equal_the_library_s_own_log(tmp_path):
     fl = rec.summary["nccl_flows"]
     [lib] = fl["libraries"]
     assert lib["probed"] and lib["save_proxy_clone"] and lib["patterns_from_dwarf"]
+    assert lib["launch_ids"] and "launch_ids_missing" not in lib
     n_ops = sum(len(v) for k, v in truth.items() if k[0] == "op")
     n_steps = sum(len(v) for k, v in truth.items() if k[0] == "step")
     assert (fl["ops"], fl["steps"], fl["records_dropped"], fl["malformed"]) == \
@@ -230,7 +260,8 @@ def test_daemon_writes_flows_into_capture_window_sets(tmp_path, workloads):
     window.json counts them; the flow probes go when the process does."""
     d, w, log = flows_daemon(tmp_path, workloads)
     try:
-        assert len(flow_links(d.pid)) == 2  # uprobe_multi links: the daemon has no SYS_ADMIN
+        # ncclProxySaveOp, SaveProxy, uploadProxyOps; uprobe_multi links (no SYS_ADMIN)
+        assert len(flow_links(d.pid)) == 3
         assert d.ctl("start", "--duration", "120").returncode == 0
         w.go()
         w.finish()
@@ -295,4 +326,4 @@ def test_real_libnccl_flow_probes_attach(tmp_path):
     assert rec.returncode == 0, rec.stderr
     libs = [x for x in rec.summary["nccl_flows"]["libraries"] if "libnccl.so" in x["path"]]
     assert libs and all(x["probed"] and x["save_proxy_clone"] and x["patterns_from_dwarf"]
-                        for x in libs), libs
+                        and x["launch_ids"] for x in libs), libs

@@ -18,7 +18,7 @@
 #include <linux/types.h>
 #endif
 
-#define NP_EVENT_VERSION 3
+#define NP_EVENT_VERSION 4
 #define NP_COMM_LEN 16
 #define NP_MAX_STACK 127 /* kernel's default perf_event_max_stack */
 #define NP_REG_ARGS 6    /* SysV x86-64 integer argument registers */
@@ -229,6 +229,8 @@ struct np_launch_event {
     __u32 corr_id;                   /* NP_LF_AT_MARKER: the CUPTI correlation id */
     __u64 stack_top; /* DWARF modes: where the copy may end at most - the end of sp's mapping,
                         or just above the main thread's start_stack (0: not found) */
+    __u64 launch_id; /* the hit's number in this BPF object's life (1, 2, ...): launches.jsonl's
+                        launch_id; an NCCL plan's proxy ops carry it (flows.h, plan_launches) */
     /* Frame-pointer mode: data[] holds bpf_get_stack's user stack - ips[0] is
      * the probed function, then the frame-pointer chain (kernels before 6.12
      * miss the caller at a function entry; user space inserts ret_addr then).

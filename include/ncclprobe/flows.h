@@ -2,7 +2,8 @@
  * and user space for --nccl-flows (docs/nccl.md, "Flows"): the per-library
  * configuration BPF reads (offsets from the library's DWARF, cookie-keyed)
  * and the record each probe hit sends through the flows' own ring buffer.
- * A separate BPF object: the default path loads none of it. */
+ * A separate BPF object: the default path loads none of it. The one map
+ * both BPF objects share, plan_launches, is defined here too. */
 #ifndef NCCLPROBE_FLOWS_H
 #define NCCLPROBE_FLOWS_H
 
@@ -28,6 +29,20 @@ enum np_flow_probe {
     NP_FLOW_PROBE_SAVE_PROXY_ISRA = 3, /* SaveProxy.isra.N, 2.28.9's clone: (comm,
                                           &channel->peers, &channel->id, type, peer, op,
                                           connIndex@s0, justInquire@s1) */
+    NP_FLOW_PROBE_UPLOAD = 4,          /* uploadProxyOps(comm, plan): posts a plan's ops */
+};
+
+/* plan_launches: which launch a kernel plan went out with. bpf/ncclprobe.bpf.c
+ * adds {tgid, plan} -> launch_id at ncclLaunchKernel (while the flows are on,
+ * plan_launch_ids); bpf/nccl_flows.bpf.c looks the plan up at uploadProxyOps,
+ * which posts that plan's proxy ops just after the launch (or at each replay
+ * of a captured graph: then the capturing launch's id). The flows object
+ * reuses the main object's map. */
+#define NP_PLAN_LAUNCHES 16384
+struct np_plan_key {
+    __u64 plan; /* the ncclKernelPlan's address */
+    __u32 tgid;
+    __u32 pad;
 };
 
 #define NP_FLOW_COOKIE(probe, slot) (((__u64)(probe) << 32) | (__u32)(slot))
@@ -61,8 +76,9 @@ struct np_flow_event {
     __u32 slot; /* the library (flow_cfg index) */
     __u32 pid, tid;
     __u64 ts_ns;
-    __u64 comm; /* the ncclComm's address */
-    __s32 type; /* NP_FLOW_EV_PEER: 0 recv, 1 send */
+    __u64 comm;      /* the ncclComm's address */
+    __u64 launch_id; /* the launch whose plan posted the op (plan_launches); 0: unknown */
+    __s32 type;      /* NP_FLOW_EV_PEER: 0 recv, 1 send */
     __s32 peer;
     __s32 conn_index;
     __s32 channel; /* ncclChannel.id, read at SaveProxy */

@@ -72,7 +72,8 @@
 #define NP_KEY_TS_NS "ts_ns"
 #define NP_KEY_PID "pid"
 #define NP_KEY_TID "tid"
-#define NP_KEY_COMM "comm" /* the thread's name (in nccl.jsonl: the communicator) */
+#define NP_KEY_LAUNCH_ID "launch_id" /* the probe hit's number (launches, nccl.jsonl, flows) */
+#define NP_KEY_COMM "comm"           /* the thread's name (in nccl.jsonl: the communicator) */
 #define NP_KEY_API "api"
 #define NP_KEY_KERNEL "kernel"
 #define NP_KEY_STACK_ID "stack_id"

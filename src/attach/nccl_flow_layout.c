@@ -54,6 +54,8 @@ static const struct flow_field_def fields[NPFF_COUNT] = {
 static const char *const symbols[NP_FLOW_SYMS] = {
     [NP_FLOW_SYM_SAVE_OP] = "_Z15ncclProxySaveOpP8ncclCommP11ncclProxyOpPb",
     [NP_FLOW_SYM_SAVE_PROXY] = "_ZL9SaveProxyP8ncclCommP11ncclChanneliiP11ncclProxyOpiPb",
+    /* not a clone: a clone's arguments may differ (2.23.4 inlines it into a .part clone) */
+    [NP_FLOW_SYM_UPLOAD] = "_ZL14uploadProxyOpsP8ncclCommP14ncclKernelPlan",
 };
 
 /* ncclPattern_t as in 2.23-2.29 (proxy.h), for a library whose DWARF lacks the enum. */
@@ -119,7 +121,7 @@ static int read_symbols(const char *path, struct np_flow_layout *out) {
     if (fd < 0)
         return -errno;
     for (int i = 0; i < NP_FLOW_SYMS; i++)
-        q[i] = (struct np_elf_symbol_query){.name = symbols[i], .clones = true};
+        q[i] = (struct np_elf_symbol_query){.name = symbols[i], .clones = i != NP_FLOW_SYM_UPLOAD};
     int err = np_elf_read_symbols(fd, q, NP_FLOW_SYMS);
     for (int i = 0; i < NP_FLOW_SYMS && !err; i++)
         if (q[i].err == 0 && np_elf_file_offset(fd, q[i].vaddr, &out->sym_offset[i]) == 0)
@@ -146,7 +148,7 @@ static void find_missing(struct np_flow_layout *l) {
         l->status = l->status ? l->status : -ENOENT;
     }
     for (int i = 0; i < NP_FLOW_SYMS; i++) {
-        if (l->sym_vaddr[i])
+        if (l->sym_vaddr[i] || i == NP_FLOW_SYM_UPLOAD)
             continue;
         append(l->missing, sizeof(l->missing), "no symbol ", symbols[i]);
         l->status = l->status ? l->status : -ENOENT;

@@ -154,10 +154,35 @@ int np_flow_attach_library(struct np_flow_attacher *fa, pid_t pid, const char *b
         lib->err =
             attach_one(fa, lib, 1, fa->skel->progs.np_flow_save_proxy, pid, binary,
                        flow->sym_offset[NP_FLOW_SYM_SAVE_PROXY], NP_FLOW_COOKIE(proxy_kind, slot));
-    if (lib->err)
+    if (lib->err) {
         np_warn("pid %d: cannot probe NCCL's proxy flows in %s: %s", pid, target_path,
                 strerror(-lib->err));
+        return (int)slot;
+    }
+    lib->upload_err = flow->sym_vaddr[NP_FLOW_SYM_UPLOAD]
+                          ? attach_one(fa, lib, 2, fa->skel->progs.np_flow_upload, pid, binary,
+                                       flow->sym_offset[NP_FLOW_SYM_UPLOAD],
+                                       NP_FLOW_COOKIE(NP_FLOW_PROBE_UPLOAD, slot))
+                          : -ENOENT;
+    if (lib->upload_err && lib->upload_err != -ENOENT)
+        np_warn("pid %d: cannot probe uploadProxyOps in %s (flows carry no launch_id): %s", pid,
+                target_path, strerror(-lib->upload_err));
     return (int)slot;
+}
+
+/* Drops probe k of lib: its perf link, or its uprobe_multi link's fd handed to close_fd. */
+static void drop_link(struct np_flow_lib *lib, int k, void (*close_fd)(void *ctx, int fd),
+                      void *ctx) {
+    bpf_link__destroy(lib->links[k]);
+    lib->links[k] = NULL;
+    if (lib->link_fds[k])
+        close_fd(ctx, lib->link_fds[k] - 1);
+    lib->link_fds[k] = 0;
+}
+
+static void close_now(void *ctx, int fd) {
+    (void)ctx;
+    close(fd);
 }
 
 const struct np_flow_lib *np_flow_lib_of(const struct np_flow_attacher *fa, uint32_t slot) {
@@ -170,24 +195,14 @@ void np_flow_attacher_release_pid(struct np_flow_attacher *fa, pid_t pid,
         struct np_flow_lib *lib = &fa->libs[i];
         if (lib->pid != pid || lib->released)
             continue;
-        for (int k = 0; k < 2; k++) {
-            bpf_link__destroy(lib->links[k]);
-            lib->links[k] = NULL;
-            if (lib->link_fds[k])
-                close_fd(ctx, lib->link_fds[k] - 1);
-            lib->link_fds[k] = 0;
-        }
+        for (int k = 0; k < NP_FLOW_SYMS; k++)
+            drop_link(lib, k, close_fd, ctx);
         lib->released = true;
     }
 }
 
 void np_flow_attacher_destroy(struct np_flow_attacher *fa) {
     for (uint32_t i = 1; i < fa->nlibs; i++)
-        for (int k = 0; k < 2; k++) {
-            bpf_link__destroy(fa->libs[i].links[k]);
-            fa->libs[i].links[k] = NULL;
-            if (fa->libs[i].link_fds[k])
-                close(fa->libs[i].link_fds[k] - 1);
-            fa->libs[i].link_fds[k] = 0;
-        }
+        for (int k = 0; k < NP_FLOW_SYMS; k++)
+            drop_link(&fa->libs[i], k, close_now, NULL);
 }

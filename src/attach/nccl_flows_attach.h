@@ -1,6 +1,7 @@
 /* nccl_flows_attach.h - the --nccl-flows probes of each libnccl a target
- * maps: ncclProxySaveOp and SaveProxy (or its .isra clone) from the flow
- * layout (nccl_flow_layout.h), attached with bpf/nccl_flows.bpf.c's
+ * maps: ncclProxySaveOp and SaveProxy (or its .isra clone), and
+ * uploadProxyOps where the build has it, from the flow layout
+ * (nccl_flow_layout.h), attached with bpf/nccl_flows.bpf.c's
  * programs, and the library's slot in BPF's flow_cfg (offsets). A slot per
  * (process, library): the ring records name their slot, which gives user
  * space the layouts to decode them with. */
@@ -21,12 +22,13 @@ struct bpf_link;
 struct np_flow_lib {
     pid_t pid;
     char path[256];
-    const struct np_nccl_layout *nccl; /* owned by the attacher's file cache */
-    const struct np_flow_layout *flow; /* ditto */
-    struct bpf_link *links[2];         /* save op, save proxy: perf links ... */
-    int link_fds[2];                   /* ... or uprobe_multi links' fds + 1 (0: none) */
-    int err;                           /* negative errno: not attached (flow->missing says why) */
-    bool released;                     /* its process is no longer traced: the slot is free */
+    const struct np_nccl_layout *nccl;    /* owned by the attacher's file cache */
+    const struct np_flow_layout *flow;    /* ditto */
+    struct bpf_link *links[NP_FLOW_SYMS]; /* save op, save proxy, upload: perf links ... */
+    int link_fds[NP_FLOW_SYMS];           /* ... or uprobe_multi links' fds + 1 (0: none) */
+    int err;        /* negative errno: not attached (flow->missing says why) */
+    int upload_err; /* uploadProxyOps not probed (-ENOENT: no such symbol): no launch_id */
+    bool released;  /* its process is no longer traced: the slot is free */
 };
 
 struct np_flow_attacher {

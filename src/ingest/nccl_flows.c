@@ -77,6 +77,7 @@ int np_flow_decode(const struct np_flow_attacher *fa, const void *data, size_t s
     out->pid = e->pid;
     out->tid = e->tid;
     out->ts_ns = e->ts_ns;
+    out->launch_id = e->launch_id;
     out->comm = e->comm;
     struct np_nccl_comm_id id;
     np_nccl_comm_id_decode(lib->nccl, e->comm_bytes, e->comm_len, &id);

@@ -17,8 +17,9 @@ struct np_flow_rec {
     uint32_t slot; /* the library's (np_flow_lib_of) */
     uint32_t pid, tid;
     uint64_t ts_ns;
-    uint64_t comm;   /* address */
-    bool comm_known; /* hash/rank/nranks read */
+    uint64_t launch_id; /* launches.jsonl's launch_id of the plan's launch; 0: unknown */
+    uint64_t comm;      /* address */
+    bool comm_known;    /* hash/rank/nranks read */
     uint64_t comm_hash;
     int32_t rank, nranks;
     /* ncclProxyOp */

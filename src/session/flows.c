@@ -17,6 +17,7 @@
 #include "lib/json.h"
 #include "lib/util.h"
 #include "nccl_flows.skel.h"
+#include "ncclprobe.skel.h"
 #include "session/session.h"
 
 /* What the session keeps of a communicator's topology record. */
@@ -111,13 +112,20 @@ int np_session_setup_flows(struct np_session *s) {
                                               NP_BPF_TRACE_UPROBE_MULTI);
         bpf_program__set_expected_attach_type(s->flows_skel->progs.np_flow_save_proxy,
                                               NP_BPF_TRACE_UPROBE_MULTI);
+        bpf_program__set_expected_attach_type(s->flows_skel->progs.np_flow_upload,
+                                              NP_BPF_TRACE_UPROBE_MULTI);
     }
+    /* the launch probes fill plan_launches, the upload probe reads it */
+    if (!err)
+        err = bpf_map__reuse_fd(s->flows_skel->maps.plan_launches,
+                                bpf_map__fd(s->skel->maps.plan_launches));
     if (!err)
         err = nccl_flows_bpf__load(s->flows_skel);
     if (err) {
         np_err("cannot load the NCCL flow probes: %s", strerror(-err));
         return err;
     }
+    s->skel->bss->plan_launch_ids = 1;
     s->flow_attacher = malloc(sizeof(*s->flow_attacher));
     if (!s->flow_attacher)
         return -ENOMEM;
@@ -168,6 +176,13 @@ static cJSON *library_json(const struct np_flow_lib *lib) {
     cJSON_AddBoolToObject(o, "probed", lib->err == 0);
     cJSON_AddBoolToObject(o, "save_proxy_clone", lib->flow->save_proxy_clone);
     cJSON_AddBoolToObject(o, "patterns_from_dwarf", lib->flow->patterns_from_dwarf);
+    cJSON_AddBoolToObject(o, "launch_ids", lib->err == 0 && lib->upload_err == 0);
+    if (lib->err == 0 && lib->upload_err)
+        np_json_add_text(o, "launch_ids_missing",
+                         lib->upload_err == -ENOENT
+                             ? "no uploadProxyOps symbol (inlined in this build): flows carry "
+                               "no launch_id"
+                             : strerror(-lib->upload_err));
     if (lib->err)
         np_json_add_text(o, "missing",
                          lib->flow->missing[0] ? lib->flow->missing : strerror(-lib->err));

@@ -15,6 +15,7 @@
 
 #include "lib/json.h"
 #include "lib/util.h"
+#include "ncclprobe/recording.h"
 
 #define MAX_SETS 256
 
@@ -92,12 +93,18 @@ static struct flow_set *set_of(struct np_flows_out *o, const struct np_flow_rec 
     return s;
 }
 
-/* The keys every line shares: who (comm, rank, nranks, pid) and which op. */
+/* The keys every line shares: who (comm, rank, nranks, pid), which op, and
+ * the launch it went out with (launches.jsonl's launch_id; null: unknown). */
 static void common_keys(struct np_str *l, const struct np_flow_rec *r) {
     np_str_appendf(l,
                    "\"opCount\":%" PRIu64 ",\"rank\":%d,\"channel\":%d,\"comm\":\"0x%016" PRIx64
-                   "\",\"nranks\":%d,\"pid\":%u,",
+                   "\",\"nranks\":%d,\"pid\":%u,\"" NP_KEY_LAUNCH_ID "\":",
                    r->op_count, r->rank, r->channel, r->comm_hash, r->nranks, r->pid);
+    if (r->launch_id)
+        np_str_append_u64(l, r->launch_id);
+    else
+        np_str_append(l, "null");
+    np_str_append(l, ",");
 }
 
 static void pattern_keys(struct np_str *l, const struct np_flow_rec *r) {

@@ -348,6 +348,8 @@ static void json_common(struct np_str *s, const struct np_launch *l, const char 
     np_str_append_u64(s, e->hdr.pid);
     APPEND_LIT(s, ",\"" NP_KEY_TID "\":");
     np_str_append_u64(s, e->hdr.tid);
+    APPEND_LIT(s, ",\"" NP_KEY_LAUNCH_ID "\":");
+    np_str_append_u64(s, e->launch_id);
     APPEND_LIT(s, ",\"");
     np_str_append(s, thread_key);
     APPEND_LIT(s, "\":");

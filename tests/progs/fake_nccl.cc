@@ -1209,14 +1209,21 @@ static void addProxyOps(ncclComm *comm, ncclKernelPlan *plan) {
     }
 }
 
-// NCCL's hostStreamPlanTask -> uploadProxyOps: after the launch, post every queued op.
-static FAKE_NOIPA void hostStreamPlanTask(ncclComm *comm, ncclKernelPlan *plan) {
+// NCCL's uploadProxyOps (static, not a clone, as in 2.21-2.32 but 2.23.4): post every op of the
+// plan just launched (launchSeq: that launch's "seq" in the truth log).
+static FAKE_NOIPA void uploadProxyOps(ncclComm *comm, ncclKernelPlan *plan) {
     uint64_t launchSeq = comm->nLaunch - 1;
     for (ncclProxyOp *op = plan->proxyOpQueue.head; op != nullptr; op = op->enqNext) {
         logProxyOp(comm, op, launchSeq);
         ncclProxySaveOp(comm, op, nullptr);
         FAKE_KEEP_FRAME();
     }
+}
+
+// NCCL's hostStreamPlanTask: after the launch, the plan's proxy ops.
+static FAKE_NOIPA void hostStreamPlanTask(ncclComm *comm, ncclKernelPlan *plan) {
+    uploadProxyOps(comm, plan);
+    FAKE_KEEP_FRAME();
 }
 
 // Every remaining coll task (call order) and p2p task of the communicator in one plan.

@@ -688,6 +688,7 @@ static void test_nccl_flow_layout(void) {
     CHECK(l.sym_vaddr[NP_FLOW_SYM_SAVE_PROXY] == 0x96af0);
     CHECK(l.save_proxy_clone);
     CHECK(l.sym_vaddr[NP_FLOW_SYM_SAVE_OP] == 0x9ce70);
+    CHECK(l.sym_vaddr[NP_FLOW_SYM_UPLOAD] == 0x69c80); /* uploadProxyOps, nm */
     CHECK(l.patterns_from_dwarf);
     CHECK(strcmp(l.pattern[0], "RING") == 0 && strcmp(l.pattern[1], "RING_TWICE") == 0 &&
           strcmp(l.pattern[6], "TREE_UP_DOWN") == 0 && strcmp(l.pattern[14], "RECV") == 0 &&
