@@ -179,6 +179,12 @@ INJECT_CHECK_OBJS := $(filter $(BUILD)/obj/inject/% $(BUILD)/obj/attach/% $(BUIL
 $(BUILD)/inject_check: tests/progs/inject_check.c $(INJECT_CHECK_OBJS)
 	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
 
+# What --nccl-flows reads from a libnccl, printed (tests/test_nccl_flow_versions.py): a test
+# driver, not a command. Linked with the objects of attach's level and below (check-layers).
+FLOW_LAYOUT_CHECK_OBJS := $(filter $(BUILD)/obj/attach/% $(BUILD)/obj/lib/%,$(OBJS))
+$(BUILD)/flow_layout_check: tests/progs/flow_layout_check.c $(FLOW_LAYOUT_CHECK_OBJS)
+	$(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
+
 $(BUILD)/unwind_bench: bench/unwind_bench.c $(UNIT_SRCS:src/%.c=$(BUILD)/obj/%.o) $(PROTO_OBJ)
 	$(CC) $(CFLAGS) $(WARN) $(CPPFLAGS) -o $@ $^ $(LIBS)
 
@@ -221,7 +227,7 @@ test-unit: $(BUILD)/unit_tests $(BUILD)/merge_unit $(BUILD)/config_unit $(BUILD)
 	$(BUILD)/http_unit
 
 E2E_DEPS := $(BUILD)/ncclprobe $(CUPTI_LIB) $(BUILD)/progs/.built $(BUILD)/demo/.built \
-	$(BUILD)/pyline_check $(BUILD)/inject_check
+	$(BUILD)/pyline_check $(BUILD)/inject_check $(BUILD)/flow_layout_check
 
 # The runtime matrix tests (tests/test_runtimes_*.py) write what each library
 # version does into $(BUILD)/runtimes/; docs/compatibility.md is made from that.

@@ -28,7 +28,9 @@ enum np_flow_probe {
     NP_FLOW_PROBE_SAVE_PROXY = 2,      /* SaveProxy, as a normal function */
     NP_FLOW_PROBE_SAVE_PROXY_ISRA = 3, /* SaveProxy.isra.N, 2.28.9's clone: (comm,
                                           &channel->peers, &channel->id, type, peer, op,
-                                          connIndex@s0, justInquire@s1) */
+                                          connIndex@s0, justInquire@s1); each clone's
+                                          DWARF is checked against it first
+                                          (nccl_flow_layout.c, clone_args) */
     NP_FLOW_PROBE_UPLOAD = 4,          /* uploadProxyOps(comm, plan): posts a plan's ops */
 };
 

@@ -1,6 +1,8 @@
 /* nccl_flow_layout.c - libnccl's proxy-flow probe points (.symtab, IPA
  * clones included) and the ncclProxyOp / ncclChannel / connector layouts
- * from DWARF, plus ncclPattern_t's names (see nccl_flow_layout.h). */
+ * from DWARF, plus ncclPattern_t's names and the check that a SaveProxy
+ * clone takes its arguments where the probe reads them (see
+ * nccl_flow_layout.h). */
 #define _GNU_SOURCE
 #include "attach/nccl_flow_layout.h"
 
@@ -58,6 +60,32 @@ static const char *const symbols[NP_FLOW_SYMS] = {
     [NP_FLOW_SYM_UPLOAD] = "_ZL14uploadProxyOpsP8ncclCommP14ncclKernelPlan",
 };
 
+static const char *const arg_names[NP_FLOW_ARGS] = {
+    [NP_FLOW_ARG_COMM] = "comm",
+    [NP_FLOW_ARG_CHANNEL] = "channel",
+    [NP_FLOW_ARG_TYPE] = "type",
+    [NP_FLOW_ARG_PEER] = "peer",
+    [NP_FLOW_ARG_OP] = "op",
+    [NP_FLOW_ARG_CONN_INDEX] = "connIndex",
+    [NP_FLOW_ARG_JUST_INQUIRE] = "justInquire",
+};
+
+#define ARG_REG(r)                                                                                 \
+    { .kind = NP_PARAM_REG, .reg = NP_DWREG_##r }
+#define ARG_CFA(o)                                                                                 \
+    { .kind = NP_PARAM_CFA, .cfa_offset = (o) }
+/* Where np_flow_save_proxy (bpf/nccl_flows.bpf.c) reads the clone's arguments
+ * (NP_FLOW_PROBE_SAVE_PROXY_ISRA, 2.28.9's clone): the stack ones at [rsp+8]
+ * and [rsp+16] on entry, CFA+0 and CFA+8. channel is not passed whole: IPA-SRA
+ * splits it into &channel->peers (RSI) and &channel->id (RDX), pieces the
+ * DWARF does not name. */
+static const struct np_param_loc clone_args[NP_FLOW_ARGS] = {
+    [NP_FLOW_ARG_COMM] = ARG_REG(RDI),       [NP_FLOW_ARG_CHANNEL] = {.kind = NP_PARAM_NONE},
+    [NP_FLOW_ARG_TYPE] = ARG_REG(RCX),       [NP_FLOW_ARG_PEER] = ARG_REG(R8),
+    [NP_FLOW_ARG_OP] = ARG_REG(R9),          [NP_FLOW_ARG_CONN_INDEX] = ARG_CFA(0),
+    [NP_FLOW_ARG_JUST_INQUIRE] = ARG_CFA(8),
+};
+
 /* ncclPattern_t as in 2.23-2.29 (proxy.h), for a library whose DWARF lacks the enum. */
 static const char *const builtin_patterns[] = {
     "RING",         "RING_TWICE",    "PIPELINE_FROM",  "PIPELINE_TO", "TREE_UP",   "TREE_DOWN",
@@ -76,6 +104,10 @@ const char *np_flow_field_name(enum np_flow_field f) {
 
 const char *np_flow_symbol_name(enum np_flow_symbol s) {
     return (unsigned)s < NP_FLOW_SYMS ? symbols[s] : "?";
+}
+
+const char *np_flow_arg_name(enum np_flow_arg a) {
+    return (unsigned)a < NP_FLOW_ARGS ? arg_names[a] : "?";
 }
 
 void np_flow_pattern_name(const char *enumerator, char *out, size_t size) {
@@ -155,6 +187,44 @@ static void find_missing(struct np_flow_layout *l) {
     }
 }
 
+static bool same_place(const struct np_param_loc *got, const struct np_param_loc *want) {
+    if (want->kind == NP_PARAM_NONE) /* not passed whole */
+        return got->kind == NP_PARAM_NONE || got->kind == NP_PARAM_ABSENT;
+    if (got->kind != want->kind)
+        return false;
+    return want->kind == NP_PARAM_REG ? got->reg == want->reg : got->cfa_offset == want->cfa_offset;
+}
+
+static void refuse(struct np_flow_layout *l, const char *why) {
+    append(l->missing, sizeof(l->missing), "", why);
+    l->status = l->status ? l->status : -EPROTO;
+}
+
+/* An IPA-SRA clone's signature is the compiler's: its DWARF must place every
+ * argument where the probe reads it, or its flows are refused rather than
+ * read from the wrong registers. A normal SaveProxy follows the psABI. */
+static void check_clone_args(const char *path, struct np_flow_layout *l) {
+    if (!l->save_proxy_clone)
+        return;
+    int err = np_dwarf_entry_params(path, l->sym_vaddr[NP_FLOW_SYM_SAVE_PROXY], arg_names,
+                                    NP_FLOW_ARGS, l->save_proxy_args);
+    if (err) {
+        refuse(l, "no DWARF for the SaveProxy clone's parameters: its arguments are unknown");
+        return;
+    }
+    for (int i = 0; i < NP_FLOW_ARGS; i++) {
+        if (same_place(&l->save_proxy_args[i], &clone_args[i]))
+            continue;
+        char got[24], want[24], why[128];
+        np_param_loc_name(&l->save_proxy_args[i], got, sizeof(got));
+        np_param_loc_name(&clone_args[i], want, sizeof(want));
+        snprintf(why, sizeof(why), "SaveProxy clone's %s in %s, not %s where the probe reads it",
+                 arg_names[i], got,
+                 clone_args[i].kind == NP_PARAM_NONE ? "split into rsi and rdx" : want);
+        refuse(l, why);
+    }
+}
+
 void np_flow_layout_load(const char *path, struct np_flow_layout *out) {
     memset(out, 0, sizeof(*out));
     for (int i = 0; i < NPFF_COUNT; i++)
@@ -179,4 +249,5 @@ void np_flow_layout_load(const char *path, struct np_flow_layout *out) {
         return;
     }
     find_missing(out);
+    check_clone_args(path, out);
 }

@@ -1,10 +1,14 @@
 """gdb as the oracle for a libnccl's DWARF: where struct members are, how big
-structs are, which values the enums have, and where the local symbols are
-(nm). Independent of ncclprobe's own reader (src/attach/dwarf_layout.c): gdb
-reads the DWARF with its own code, through its Python API."""
+structs are, which values the enums have, where a function's parameters are
+at its entry (`info scope`), and where the local symbols are (nm).
+Independent of ncclprobe's own readers (src/attach/dwarf_layout.c,
+dwarf_params.c): gdb reads the DWARF with its own code, through its Python
+API and its commands."""
 
 import json
 import os
+import re
+import shutil
 import subprocess
 from dataclasses import dataclass
 
@@ -120,3 +124,70 @@ def has_section(lib, name):
     out = subprocess.run(["readelf", "-SW", str(lib)], capture_output=True, text=True,
                          check=True).stdout
     return any(f" {name} " in line for line in out.splitlines())
+
+
+# 'Symbol comm is multi-location:' / 'Symbol peer is a variable in $r8, length 4.'
+_SCOPE_SYMBOL = re.compile(r"^Symbol (\S+) is (.*)$")
+_SCOPE_RANGE = re.compile(r"Range 0x([0-9a-f]+)-0x([0-9a-f]+): (.*?)(?=(?:Base address|Range 0x)|\Z)",
+                          re.S)
+
+
+def _where(text):
+    """gdb's description of one location as "rdi", "cfa+8" (DW_OP_fbreg 8) or "other"."""
+    reg = re.match(r"\s*a variable in \$(\w+)", text)
+    if reg:
+        return reg.group(1)
+    ops = re.findall(r"\d+: (DW_OP_\w+)(?: (-?\d+))?", text)
+    if len(ops) == 1 and ops[0][0] == "DW_OP_fbreg":
+        return f"cfa{int(ops[0][1]):+d}"
+    return "other"
+
+
+def _where_at(addr, head, body):
+    if "optimized out" in head:
+        return "none"
+    if "multi-location" not in head:
+        return _where(head + "\n" + body)
+    for lo, hi, text in _SCOPE_RANGE.findall(body):
+        if int(lo, 16) <= addr < int(hi, 16):
+            return _where(text)
+    return "none"  # no location at the entry
+
+
+def entry_params(lib, addr, timeout=120):
+    """{name: where} of what gdb's `info scope *ADDR` lists at addr, a function's entry:
+    "rdi" (a register), "cfa+8" (DW_OP_fbreg 8, relative to the frame base: GCC's is the
+    CFA, see frame_base), "none" (optimized out, or no location at the entry) or "other".
+    The first symbol of a name wins (the function's own parameters come first)."""
+    proc = subprocess.run([GDB, "-batch", "-nx", "-iex", "set auto-load off",
+                           "-ex", f"info scope *{addr:#x}", str(lib)],
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "DEBUGINFOD_URLS": ""}, stdin=subprocess.DEVNULL)
+    assert proc.stdout.startswith("Scope for"), f"gdb info scope {lib}:\n{proc.stderr}"
+    found, name, head, body = {}, None, "", []
+
+    def flush():
+        if name and name not in found:
+            found[name] = _where_at(addr, head, "\n".join(body))
+
+    for line in proc.stdout.splitlines()[1:]:
+        m = _SCOPE_SYMBOL.match(line)
+        if m:
+            flush()
+            name, head, body = m.group(1), m.group(2), []
+        else:
+            body.append(line)
+    flush()
+    return found
+
+
+def frame_base(lib, addr):
+    """The DW_AT_frame_base of the subprogram at addr as llvm-dwarfdump prints it
+    ("DW_OP_call_frame_cfa"); None when llvm-dwarfdump is not installed."""
+    if not shutil.which("llvm-dwarfdump"):
+        return None
+    out = subprocess.run(["llvm-dwarfdump", f"--lookup={addr:#x}", str(lib)],
+                         capture_output=True, text=True, check=True).stdout
+    sub = out[out.rfind("DW_TAG_subprogram"):]
+    m = re.search(r"DW_AT_frame_base\s+\((.*?)\)", sub)
+    return m.group(1) if m else ""

@@ -689,6 +689,14 @@ static void test_nccl_flow_layout(void) {
     CHECK(l.save_proxy_clone);
     CHECK(l.sym_vaddr[NP_FLOW_SYM_SAVE_OP] == 0x9ce70);
     CHECK(l.sym_vaddr[NP_FLOW_SYM_UPLOAD] == 0x69c80); /* uploadProxyOps, nm */
+    /* .isra.11's parameters on entry (llvm-dwarfdump): channel split, the rest in place */
+    static const char *const args[NP_FLOW_ARGS] = {"rdi", "none",  "rcx",  "r8",
+                                                   "r9",  "cfa+0", "cfa+8"};
+    for (int i = 0; i < NP_FLOW_ARGS; i++) {
+        char where[24];
+        np_param_loc_name(&l.save_proxy_args[i], where, sizeof(where));
+        CHECK(strcmp(where, args[i]) == 0);
+    }
     CHECK(l.patterns_from_dwarf);
     CHECK(strcmp(l.pattern[0], "RING") == 0 && strcmp(l.pattern[1], "RING_TWICE") == 0 &&
           strcmp(l.pattern[6], "TREE_UP_DOWN") == 0 && strcmp(l.pattern[14], "RECV") == 0 &&
