@@ -7,7 +7,8 @@
  * space read from the library's DWARF (flow_cfg, include/ncclprobe/flows.h);
  * BPF knows no NCCL struct. Never blocks, never fails the target: a full
  * ring buffer is counted in flow_drops. A third program, on uploadProxyOps
- * (comm, plan), names the launch the posted ops belong to. */
+ * (comm, plan), names the launch the posted ops belong to; a fourth, on
+ * ncclLaunchKernel, sends a communicator's topology at its first kernel. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -28,21 +29,23 @@ struct {
     __type(value, struct np_flow_cfg);
 } flow_cfg SEC(".maps");
 
-/* Communicators whose topology was sent (their first posted op). */
+/* Communicators whose topology was sent: {address, tgid} (the same address may be a
+ * communicator in two processes). */
+struct comm_key {
+    __u64 comm;
+    __u32 tgid;
+    __u32 pad;
+};
+
 struct {
     __uint(type, BPF_MAP_TYPE_LRU_HASH);
     __uint(max_entries, 4096);
-    __type(key, __u64);
+    __type(key, struct comm_key);
     __type(value, __u8);
 } topo_sent SEC(".maps");
 
 /* The main object's map (user space reuses its fd): plan -> launch_id. */
-struct {
-    __uint(type, BPF_MAP_TYPE_LRU_HASH);
-    __uint(max_entries, NP_PLAN_LAUNCHES);
-    __type(key, struct np_plan_key);
-    __type(value, __u64);
-} plan_launches SEC(".maps");
+NP_PLAN_LAUNCHES_MAP;
 
 /* Per thread: the uploadProxyOps activation it is in, and its plan's launch. */
 struct upload_scope {
@@ -147,18 +150,19 @@ static __always_inline void copy_channel(const struct np_flow_cfg *cfg, __u64 ch
     t->nuser = user ? copy(t->user_ranks, sizeof(t->user_ranks), n * 4, user) / 4 : 0;
 }
 
-/* The communicator's channels, once per communicator (its first posted op). */
+/* The communicator's channels, once per communicator (its first kernel or posted op). */
 static __always_inline void send_topology(const struct np_flow_cfg *cfg, __u32 slot, __u64 comm) {
+    __u64 pid_tgid = bpf_get_current_pid_tgid();
+    struct comm_key key = {.comm = comm, .tgid = pid_tgid >> 32};
     __u8 one = 1;
-    if (bpf_map_update_elem(&topo_sent, &comm, &one, BPF_NOEXIST) != 0)
+    if (!comm || bpf_map_update_elem(&topo_sent, &key, &one, BPF_NOEXIST) != 0)
         return;
     struct np_flow_topo_event *e = bpf_ringbuf_reserve(&flow_events, sizeof(*e), 0);
     if (!e) {
         count(1);
-        bpf_map_delete_elem(&topo_sent, &comm);
+        bpf_map_delete_elem(&topo_sent, &key);
         return;
     }
-    __u64 pid_tgid = bpf_get_current_pid_tgid();
     e->kind = NP_FLOW_EV_TOPO;
     e->slot = slot;
     e->pid = pid_tgid >> 32;
@@ -258,5 +262,16 @@ int np_flow_upload(struct pt_regs *ctx) {
     struct upload_scope u = {
         .sp = PT_REGS_SP(ctx), .ret = read_ptr(PT_REGS_SP(ctx)), .launch_id = id ? *id : 0};
     bpf_map_update_elem(&upload_scopes, &tid, &u, BPF_ANY);
+    return 0;
+}
+
+/* ncclLaunchKernel(comm, plan): a communicator's first kernel sends its topology, also
+ * when its transports (P2P, NVLink, SHM) give the proxy nothing to post. */
+SEC("uprobe")
+int np_flow_launch(struct pt_regs *ctx) {
+    __u32 slot = (__u32)bpf_get_attach_cookie(ctx);
+    const struct np_flow_cfg *cfg = bpf_map_lookup_elem(&flow_cfg, &slot);
+    if (cfg)
+        send_topology(cfg, slot, PT_REGS_PARM1(ctx));
     return 0;
 }

@@ -1280,12 +1280,7 @@ struct {
 } nccl_scratch SEC(".maps");
 
 /* Which launch each plan went out with, for the flow probes (flows.h). */
-struct {
-    __uint(type, BPF_MAP_TYPE_LRU_HASH);
-    __uint(max_entries, NP_PLAN_LAUNCHES);
-    __type(key, struct np_plan_key);
-    __type(value, __u64);
-} plan_launches SEC(".maps");
+NP_PLAN_LAUNCHES_MAP;
 
 /* Set by user space when --nccl-flows loads the flow probes: only then is plan_launches kept. */
 volatile __u32 plan_launch_ids;

@@ -87,7 +87,11 @@ def the_sets(recs):
 
 
 def comm_dir(rec):
-    [d] = (rec / "flows").glob("comm_*")
+    """The flows communicator's file set: the one with proxy ops (the double's other two
+    communicators are on one "node": file sets with their topology and no op)."""
+    [d] = [d for d in (rec / "flows").glob("comm_*")
+           if any(d.glob("proxy_flow_rank*.jsonl")) and
+           next(d.glob("proxy_flow_rank*.jsonl")).stat().st_size]
     return d
 
 

@@ -61,6 +61,7 @@ FIELDS = [
 SAVE_OP = "_Z15ncclProxySaveOpP8ncclCommP11ncclProxyOpPb"
 SAVE_PROXY = "_ZL9SaveProxyP8ncclCommP11ncclChanneliiP11ncclProxyOpiPb"
 UPLOAD = "_ZL14uploadProxyOpsP8ncclCommP14ncclKernelPlan"  # optional: the flows' launch_id
+LAUNCH = "_Z16ncclLaunchKernelP8ncclCommP14ncclKernelPlan"  # optional: topology at the 1st kernel
 CLONE_SUFFIX = re.compile(r"^(\.(isra|constprop)\.\d+)+$")  # not .cold / .part pieces
 # Where np_flow_save_proxy (bpf/nccl_flows.bpf.c, NP_FLOW_PROBE_SAVE_PROXY_ISRA) reads
 # the clone's arguments on entry: [rsp+8] is CFA+0, [rsp+16] CFA+8. channel comes as
@@ -198,7 +199,8 @@ def test_probe_symbols_are_nm_s(lib):
     """ncclProxySaveOp, the SaveProxy clone and uploadProxyOps (when not inlined) at
     nm's addresses, at the file offsets readelf's LOAD segments give."""
     want = {SAVE_OP: SAVE_OP if SAVE_OP in lib.syms else None, SAVE_PROXY: lib.save_proxy,
-            UPLOAD: UPLOAD if UPLOAD in lib.syms else None}
+            UPLOAD: UPLOAD if UPLOAD in lib.syms else None,
+            LAUNCH: LAUNCH if LAUNCH in lib.syms else None}
     got = lib.layout["symbols"]
     assert set(got) == set(want)
     for sym, real in want.items():
@@ -288,6 +290,7 @@ def test_flow_probes_attach(lib, tmp_path):
     assert got["patterns_from_dwarf"]
     inlined = UPLOAD not in lib.syms
     assert got["launch_ids"] == (not inlined), got
+    assert got["topology_at_first_kernel"] == (LAUNCH in lib.syms), got
     if inlined:
         assert "no uploadProxyOps symbol" in got["launch_ids_missing"], got
     fields = sum(1 for v in lib.layout["fields"].values() if v)

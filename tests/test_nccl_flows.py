@@ -93,7 +93,14 @@ def check_against_truth(rec, log, pid, part=None):
         truth = {k: (part(v) if k[0] in ("op", "step") else v) for k, v in truth.items()}
     comms = {c for kind, c in truth if kind == "op"}
     dirs = comm_dirs(rec)
-    assert {hex16(c) for c in comms} == {"0x" + d for d in dirs}
+    # a file set per communicator: the ones with ops, and the ones whose proxy had nothing to
+    # post (local_comm: P2P/NVLink/SHM only), which still have their topology (check_topology)
+    topologies = {c for kind, c in truth if kind == "topology"}
+    assert comms < topologies and {hex16(c) for c in topologies} == {"0x" + d for d in dirs}
+    for comm in topologies - comms:
+        d = dirs[hex16(comm)[2:]]
+        assert read_jsonl(d / f"proxy_flow_rank{RANK}.jsonl") == []
+        assert read_jsonl(d / f"flow_steps_rank{RANK}.jsonl") == []
     patterns = Counter()
     for comm in comms:
         d = dirs[hex16(comm)[2:]]
@@ -122,10 +129,10 @@ def check_against_truth(rec, log, pid, part=None):
 
 
 def check_topology(rec, truth):
+    """Every communicator's topology (sent at its first kernel: also one whose proxy posts
+    nothing) equals the library's, channel by channel."""
     for (kind, comm), [want] in ((k, v) for k, v in truth.items() if k[0] == "topology"):
-        path = rec.path / "flows" / f"topology_{hex16(comm)[2:]}_rank{RANK}.json"
-        if not any(k == ("op", comm) for k in truth):
-            continue  # no flow on it: no file set
+        path = rec.path / "flows" / f"topology_{hex16(comm)[2:]}_rank{want['rank']}.json"
         got = json.loads(path.read_text())
         assert (got["rank"], got["nranks"], got["nchannels"]) == \
             (want["rank"], want["nranks"], want["nchannels"])
@@ -153,6 +160,7 @@ def test_flows_equal_the_library_s_own_log(tmp_path):
     [lib] = fl["libraries"]
     assert lib["probed"] and lib["save_proxy_clone"] and lib["patterns_from_dwarf"]
     assert lib["launch_ids"] and "launch_ids_missing" not in lib
+    assert lib["topology_at_first_kernel"]
     n_ops = sum(len(v) for k, v in truth.items() if k[0] == "op")
     n_steps = sum(len(v) for k, v in truth.items() if k[0] == "step")
     assert (fl["ops"], fl["steps"], fl["records_dropped"], fl["malformed"]) == \
@@ -260,8 +268,9 @@ def test_daemon_writes_flows_into_capture_window_sets(tmp_path, workloads):
     window.json counts them; the flow probes go when the process does."""
     d, w, log = flows_daemon(tmp_path, workloads)
     try:
-        # ncclProxySaveOp, SaveProxy, uploadProxyOps; uprobe_multi links (no SYS_ADMIN)
-        assert len(flow_links(d.pid)) == 3
+        # ncclProxySaveOp, SaveProxy, uploadProxyOps, ncclLaunchKernel; uprobe_multi links
+        # (the daemon has no SYS_ADMIN)
+        assert len(flow_links(d.pid)) == 4
         assert d.ctl("start", "--duration", "120").returncode == 0
         w.go()
         w.finish()
@@ -326,4 +335,4 @@ def test_real_libnccl_flow_probes_attach(tmp_path):
     assert rec.returncode == 0, rec.stderr
     libs = [x for x in rec.summary["nccl_flows"]["libraries"] if "libnccl.so" in x["path"]]
     assert libs and all(x["probed"] and x["save_proxy_clone"] and x["patterns_from_dwarf"]
-                        and x["launch_ids"] for x in libs), libs
+                        and x["launch_ids"] and x["topology_at_first_kernel"] for x in libs), libs

@@ -32,6 +32,8 @@ enum np_flow_probe {
                                           DWARF is checked against it first
                                           (nccl_flow_layout.c, clone_args) */
     NP_FLOW_PROBE_UPLOAD = 4,          /* uploadProxyOps(comm, plan): posts a plan's ops */
+    NP_FLOW_PROBE_LAUNCH = 5,          /* ncclLaunchKernel(comm, plan): the communicator's
+                                          topology at its first kernel, proxy ops or not */
 };
 
 /* plan_launches: which launch a kernel plan went out with. bpf/ncclprobe.bpf.c
@@ -46,6 +48,17 @@ struct np_plan_key {
     __u32 tgid;
     __u32 pad;
 };
+
+#ifdef __BPF__
+/* The map, as both BPF objects declare it. */
+#define NP_PLAN_LAUNCHES_MAP                                                                       \
+    struct {                                                                                       \
+        __uint(type, BPF_MAP_TYPE_LRU_HASH);                                                       \
+        __uint(max_entries, NP_PLAN_LAUNCHES);                                                     \
+        __type(key, struct np_plan_key);                                                           \
+        __type(value, __u64);                                                                      \
+    } plan_launches SEC(".maps")
+#endif
 
 #define NP_FLOW_COOKIE(probe, slot) (((__u64)(probe) << 32) | (__u32)(slot))
 
@@ -70,7 +83,7 @@ struct np_flow_cfg {
 enum np_flow_kind {
     NP_FLOW_EV_OP = 1,   /* an op posted to the proxy (ncclProxySaveOp, justInquire NULL) */
     NP_FLOW_EV_PEER = 2, /* one direction and peer of it the proxy progresses (SaveProxy) */
-    NP_FLOW_EV_TOPO = 3, /* a communicator's channels, at its first posted op */
+    NP_FLOW_EV_TOPO = 3, /* a communicator's channels, at its first kernel or posted op */
 };
 
 struct np_flow_event {
@@ -98,7 +111,9 @@ struct np_flow_topo_channel {
     __s32 user_ranks[NP_FLOW_TOPO_RANKS];
 };
 
-/* NP_FLOW_EV_TOPO (kind first, like struct np_flow_event): a communicator and its channels. */
+/* NP_FLOW_EV_TOPO (kind first, like struct np_flow_event): a communicator and its channels,
+ * once per (process, communicator) - at its first kernel launch, or its first op posted to the
+ * proxy when ncclLaunchKernel is not probed. */
 struct np_flow_topo_event {
     __u32 kind, slot, pid, tid;
     __u64 ts_ns, comm;

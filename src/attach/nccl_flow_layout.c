@@ -58,7 +58,13 @@ static const char *const symbols[NP_FLOW_SYMS] = {
     [NP_FLOW_SYM_SAVE_PROXY] = "_ZL9SaveProxyP8ncclCommP11ncclChanneliiP11ncclProxyOpiPb",
     /* not a clone: a clone's arguments may differ (2.23.4 inlines it into a .part clone) */
     [NP_FLOW_SYM_UPLOAD] = "_ZL14uploadProxyOpsP8ncclCommP14ncclKernelPlan",
+    [NP_FLOW_SYM_LAUNCH] = "_Z16ncclLaunchKernelP8ncclCommP14ncclKernelPlan",
 };
+
+/* Probes the flows work without, each for one thing more. */
+static bool optional_symbol(int i) {
+    return i == NP_FLOW_SYM_UPLOAD || i == NP_FLOW_SYM_LAUNCH;
+}
 
 static const char *const arg_names[NP_FLOW_ARGS] = {
     [NP_FLOW_ARG_COMM] = "comm",
@@ -153,7 +159,7 @@ static int read_symbols(const char *path, struct np_flow_layout *out) {
     if (fd < 0)
         return -errno;
     for (int i = 0; i < NP_FLOW_SYMS; i++)
-        q[i] = (struct np_elf_symbol_query){.name = symbols[i], .clones = i != NP_FLOW_SYM_UPLOAD};
+        q[i] = (struct np_elf_symbol_query){.name = symbols[i], .clones = !optional_symbol(i)};
     int err = np_elf_read_symbols(fd, q, NP_FLOW_SYMS);
     for (int i = 0; i < NP_FLOW_SYMS && !err; i++)
         if (q[i].err == 0 && np_elf_file_offset(fd, q[i].vaddr, &out->sym_offset[i]) == 0)
@@ -180,7 +186,7 @@ static void find_missing(struct np_flow_layout *l) {
         l->status = l->status ? l->status : -ENOENT;
     }
     for (int i = 0; i < NP_FLOW_SYMS; i++) {
-        if (l->sym_vaddr[i] || i == NP_FLOW_SYM_UPLOAD)
+        if (l->sym_vaddr[i] || optional_symbol(i))
             continue;
         append(l->missing, sizeof(l->missing), "no symbol ", symbols[i]);
         l->status = l->status ? l->status : -ENOENT;

@@ -60,6 +60,7 @@ enum np_flow_symbol {
     NP_FLOW_SYM_SAVE_OP,    /* ncclProxySaveOp(comm, op, justInquire): one op */
     NP_FLOW_SYM_SAVE_PROXY, /* SaveProxy(...) or SaveProxy...isra.N: one direction and peer */
     NP_FLOW_SYM_UPLOAD,     /* uploadProxyOps(comm, plan), optional: the ops' launch_id */
+    NP_FLOW_SYM_LAUNCH, /* ncclLaunchKernel(comm, plan), optional: topology at the first kernel */
     NP_FLOW_SYMS
 };
 

@@ -125,6 +125,22 @@ static int attach_one(const struct np_flow_attacher *fa, struct np_flow_lib *lib
     return lib->links[k] ? 0 : -errno;
 }
 
+/* Probe sym of lib, one the flows work without (nccl_flow_layout.c): 0, -ENOENT when the
+ * library has no such symbol, or why it could not be attached (said, with what is lost). */
+static int attach_optional(const struct np_flow_attacher *fa, struct np_flow_lib *lib,
+                           enum np_flow_symbol sym, struct bpf_program *prog,
+                           enum np_flow_probe probe, uint32_t slot, const char *binary,
+                           const char *target_path, const char *lost) {
+    if (!lib->flow->sym_vaddr[sym])
+        return -ENOENT;
+    int err = attach_one(fa, lib, (int)sym, prog, lib->pid, binary, lib->flow->sym_offset[sym],
+                         NP_FLOW_COOKIE(probe, slot));
+    if (err)
+        np_warn("pid %d: cannot probe %s in %s (%s): %s", lib->pid, np_flow_symbol_name(sym),
+                target_path, lost, strerror(-err));
+    return err;
+}
+
 int np_flow_attach_library(struct np_flow_attacher *fa, pid_t pid, const char *binary,
                            const char *target_path, const struct np_nccl_layout *nccl,
                            const struct np_flow_layout *flow) {
@@ -159,14 +175,12 @@ int np_flow_attach_library(struct np_flow_attacher *fa, pid_t pid, const char *b
                 strerror(-lib->err));
         return (int)slot;
     }
-    lib->upload_err = flow->sym_vaddr[NP_FLOW_SYM_UPLOAD]
-                          ? attach_one(fa, lib, 2, fa->skel->progs.np_flow_upload, pid, binary,
-                                       flow->sym_offset[NP_FLOW_SYM_UPLOAD],
-                                       NP_FLOW_COOKIE(NP_FLOW_PROBE_UPLOAD, slot))
-                          : -ENOENT;
-    if (lib->upload_err && lib->upload_err != -ENOENT)
-        np_warn("pid %d: cannot probe uploadProxyOps in %s (flows carry no launch_id): %s", pid,
-                target_path, strerror(-lib->upload_err));
+    lib->upload_err = attach_optional(fa, lib, NP_FLOW_SYM_UPLOAD, fa->skel->progs.np_flow_upload,
+                                      NP_FLOW_PROBE_UPLOAD, slot, binary, target_path,
+                                      "flows carry no launch_id");
+    lib->launch_err = attach_optional(fa, lib, NP_FLOW_SYM_LAUNCH, fa->skel->progs.np_flow_launch,
+                                      NP_FLOW_PROBE_LAUNCH, slot, binary, target_path,
+                                      "topology only at a communicator's first proxy op");
     return (int)slot;
 }
 

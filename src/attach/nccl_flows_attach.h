@@ -1,6 +1,6 @@
 /* nccl_flows_attach.h - the --nccl-flows probes of each libnccl a target
  * maps: ncclProxySaveOp and SaveProxy (or its .isra clone), and
- * uploadProxyOps where the build has it, from the flow layout
+ * uploadProxyOps and ncclLaunchKernel where the build has them, from the flow layout
  * (nccl_flow_layout.h), attached with bpf/nccl_flows.bpf.c's
  * programs, and the library's slot in BPF's flow_cfg (offsets). A slot per
  * (process, library): the ring records name their slot, which gives user
@@ -28,6 +28,7 @@ struct np_flow_lib {
     int link_fds[NP_FLOW_SYMS];           /* ... or uprobe_multi links' fds + 1 (0: none) */
     int err;        /* negative errno: not attached (flow->missing says why) */
     int upload_err; /* uploadProxyOps not probed (-ENOENT: no such symbol): no launch_id */
+    int launch_err; /* ncclLaunchKernel not probed: topology only at a first proxy op */
     bool released;  /* its process is no longer traced: the slot is free */
 };
 

@@ -114,6 +114,8 @@ int np_session_setup_flows(struct np_session *s) {
                                               NP_BPF_TRACE_UPROBE_MULTI);
         bpf_program__set_expected_attach_type(s->flows_skel->progs.np_flow_upload,
                                               NP_BPF_TRACE_UPROBE_MULTI);
+        bpf_program__set_expected_attach_type(s->flows_skel->progs.np_flow_launch,
+                                              NP_BPF_TRACE_UPROBE_MULTI);
     }
     /* the launch probes fill plan_launches, the upload probe reads it */
     if (!err)
@@ -176,6 +178,7 @@ static cJSON *library_json(const struct np_flow_lib *lib) {
     cJSON_AddBoolToObject(o, "probed", lib->err == 0);
     cJSON_AddBoolToObject(o, "save_proxy_clone", lib->flow->save_proxy_clone);
     cJSON_AddBoolToObject(o, "patterns_from_dwarf", lib->flow->patterns_from_dwarf);
+    cJSON_AddBoolToObject(o, "topology_at_first_kernel", lib->err == 0 && lib->launch_err == 0);
     cJSON_AddBoolToObject(o, "launch_ids", lib->err == 0 && lib->upload_err == 0);
     if (lib->err == 0 && lib->upload_err)
         np_json_add_text(o, "launch_ids_missing",

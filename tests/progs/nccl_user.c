@@ -101,6 +101,7 @@ enum {
     ID_CE = 4,
     ID_FLOWS_NVLS = 5,
     ID_FLOWS = 6,
+    ID_FLOWS_LOCAL = 7,
 };
 
 /* The NCCL entry points in use: the fake's (linked) or the real library's (dlsym). */
@@ -340,9 +341,11 @@ NOINLINE void mixed_exchange(ncclComm_t comm) {
 }
 
 /* ---- flows: every proxy pattern the double models, on two communicators (comm: NVLS, flows_comm:
- * nranks + 2 ranks, ring / tree / pipeline / p2p) ---- */
+ * nranks + 2 ranks, ring / tree / pipeline / p2p), and a third, local_comm, whose two ranks are
+ * on one node: the proxy has nothing to post for it (P2P/NVLink/SHM), it has a topology still ----
+ */
 
-static ncclComm_t flows_comm;
+static ncclComm_t flows_comm, local_comm;
 static int my_rank, flows_nranks;
 
 NOINLINE void flows_collectives(ncclComm_t comm) {
@@ -375,6 +378,12 @@ NOINLINE void flows_p2p(ncclComm_t comm) {
     check(OP_RECV, ncclRecv(BUF(0x9c000), 65536, ncclFloat32, (rank + nranks - 1) % nranks, comm,
                             STREAM(0x5091)));
     check(OP_GROUP_END, ncclGroupEnd());
+    KEEP_FRAME();
+}
+
+NOINLINE void flows_local(ncclComm_t comm) {
+    check(OP_ALL_REDUCE, ncclAllReduce(BUF(0x9f000), BUF(0xa0000), 4096, ncclFloat32, ncclSum, comm,
+                                       STREAM(0x5093)));
     KEEP_FRAME();
 }
 
@@ -448,6 +457,8 @@ NOINLINE void train_step(ncclComm_t comm) {
         flows_p2p(flows_comm);
         KEEP_FRAME();
         flows_nvls(comm);
+        KEEP_FRAME();
+        flows_local(local_comm);
         KEEP_FRAME();
         break;
     case SC_COUNT:
@@ -618,8 +629,10 @@ int main(int argc, char **argv) {
             second.comm = make_comm((int)nranks + 2, (int)rank, 0, ID_TWO_COMMS_B);
         my_rank = (int)rank;
         flows_nranks = (int)nranks + 2;
-        if (scenario == SC_FLOWS)
+        if (scenario == SC_FLOWS) {
             flows_comm = make_comm(flows_nranks, (int)rank, 0, ID_FLOWS);
+            local_comm = make_comm(2, (int)rank % 2, 0, ID_FLOWS_LOCAL);
+        }
     }
 
     if (wait_signal)
@@ -667,6 +680,8 @@ int main(int argc, char **argv) {
         ncclCommDestroy(comm);
         if (flows_comm)
             ncclCommDestroy(flows_comm);
+        if (local_comm)
+            ncclCommDestroy(local_comm);
         if (second.comm)
             ncclCommDestroy(second.comm);
     }

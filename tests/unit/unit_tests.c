@@ -689,6 +689,7 @@ static void test_nccl_flow_layout(void) {
     CHECK(l.save_proxy_clone);
     CHECK(l.sym_vaddr[NP_FLOW_SYM_SAVE_OP] == 0x9ce70);
     CHECK(l.sym_vaddr[NP_FLOW_SYM_UPLOAD] == 0x69c80); /* uploadProxyOps, nm */
+    CHECK(l.sym_vaddr[NP_FLOW_SYM_LAUNCH] == 0x705e0); /* ncclLaunchKernel, nm */
     /* .isra.11's parameters on entry (llvm-dwarfdump): channel split, the rest in place */
     static const char *const args[NP_FLOW_ARGS] = {"rdi", "none",  "rcx",  "r8",
                                                    "r9",  "cfa+0", "cfa+8"};
