@@ -10,9 +10,10 @@
 #   bare                      no tracer
 #   ncclprobe                 API + launch probes, stacks, plans read (DWARF layout)
 #   ncclprobe, stripped lib   the same library without DWARF: no plans, no comm reads
-#   ncclprobe --nccl-flows    the same plus the proxy-flow probes (ncclProxySaveOp, SaveProxy
-#                             .isra: the double posts 16 ops per 1 MiB AllReduce, each with
-#                             its proxied peers, as NCCL does for network peers)
+#   ncclprobe --nccl-flows    the same plus the flow probes (ncclProxySaveOp, SaveProxy
+#                             .isra, uploadProxyOps, ncclLaunchKernel: the double posts 16
+#                             ops per 1 MiB AllReduce, each with its proxied peers, as NCCL
+#                             does for network peers)
 #   bpftrace                  uprobes on the same functions, user stacks counted
 # Reported: time added per iteration, and (kernel.bpf_stats_enabled) the
 # BPF program's own time per iteration.
@@ -34,15 +35,18 @@ sysctl -qw kernel.bpf_stats_enabled=1
 ns() { sed -n 's/.*: \([0-9.]*\) ns.*/\1/p'; }
 median() { sort -n | sed -n 2p; }
 
-# The last run_time_ns/run_cnt of ncclprobe's entry program while it runs
-# (plus the two flow programs' run time, when loaded).
+# The last run_time_ns of ncclprobe's entry program while it runs (plus the
+# flow programs' run time, all np_flow_* together, when loaded).
 prog_ns() { bpftool prog show name "$1" 2>/dev/null | sed -n 's/.*run_time_ns \([0-9]*\).*/\1/p'; }
+flow_ns() {
+    bpftool prog show 2>/dev/null | awk '/ name np_flow_/ {
+        for (i = 1; i < NF; i++) if ($i == "run_time_ns") s += $(i + 1) } END { print s + 0 }'
+}
 watch_bpf() {
     while sleep 0.2; do
         e=$(prog_ns np_entry_multi)
         [ -n "$e" ] || e=$(prog_ns np_entry)
-        f=$(( $(prog_ns np_flow_save_op || true)0 / 10 + $(prog_ns np_flow_save_proxy || true)0 / 10 ))
-        [ -n "$e" ] && echo "$e $f"
+        [ -n "$e" ] && echo "$e $(flow_ns)"
     done >>"$TMP/bpf" 2>/dev/null
 }
 

@@ -474,6 +474,14 @@ struct {
     __type(value, __u8);
 } py_seen_stacks SEC(".maps");
 
+/* Values stored from globals, not the stack: the verifier adds up the stacks
+ * of np_entry, capture_python, frame_walk_step and walk_held (a bpf_loop
+ * callback counts as a call), and together they get BPF's 512 bytes. Never
+ * written. */
+static struct np_handle_event empty_handle_call;
+static struct np_graph_event empty_graph_call;
+static const __u8 seen_value = 1; /* py_seen_stacks' values */
+
 /* Frames are read one by one into bytes[], or, for 3.11+ frames in the
  * thread's data stack, taken from bulk[]: a copy of up to NP_PY_BULK_BYTES
  * of the stack chunk below (and including) the frame that missed it. The
@@ -482,7 +490,42 @@ struct {
 
 #define NP_PY_TSTATE_SPAN 512 /* the thread state's fields read at once (a power of two) */
 
+/* A Python walk's state: scalars only, in the per-CPU buffer (py_frame_buf),
+ * not on the stack - walk_held, a global function, takes it whole (its
+ * memory arguments lose the pointers spilled in them). */
+struct py_walk {
+    __u64 frame;
+    __u64 hash;       /* of the code objects walked */
+    __u64 bulk_lo;    /* buf->bulk holds user memory [bulk_lo, bulk_hi) */
+    __u64 bulk_hi;    /* 0: nothing */
+    __u64 chunk_lo;   /* the data-stack chunk being walked: its frames' area */
+    __u64 chunk_hi;   /* 0: none (frames are read one by one) */
+    __u64 chunk_prev; /* the chunk before it */
+    __u32 base;       /* data[] index of the first Python frame */
+    __u32 taken;      /* frames walked by walk_held's last call */
+    __u32 flags;      /* NP_LF_PY_* */
+    __u32 read;       /* frames read, */
+    __u32 bulk;       /* ... of them from buf->bulk */
+};
+
+/* A _PyStackChunk's header: {previous, size (bytes)}, then top, data[]. */
+struct py_chunk_head {
+    __u64 previous;
+    __u64 size;
+};
+
+/* What capture_python reads of the thread state. */
+struct tstate_fields {
+    __u64 thread_id, frame, chunk;
+};
+
+/* capture_python's memory: what it reads of user memory, and its own state
+ * that need not be on the stack (see empty_handle_call). */
 struct py_frame_buf {
+    struct tstate_fields tf;
+    struct py_walk walk;
+    struct py_chunk_head chunk;
+    struct py_stack_key seen;
     __u8 bytes[NP_PY_FRAME_READ + 8];
     __u8 bulk[NP_PY_BULK_BYTES + NP_PY_FRAME_READ];
     __u8 tstate[NP_PY_TSTATE_SPAN + 8];
@@ -555,39 +598,25 @@ static __always_inline __u64 find_thread_state(const struct np_py_cfg *cfg, stru
     return w.found;
 }
 
-/* A _PyStackChunk's header: {previous, size (bytes)}, then top, data[]. */
-struct py_chunk_head {
-    __u64 previous;
-    __u64 size;
-};
-
+/* bpf_loop's context for the walk: on capture_python's stack, which keeps
+ * the pointers' types; the walk's scalars are in buf->walk (s). */
 struct frame_walk {
     struct np_launch_event *e;
     const struct np_py_cfg *cfg;
     struct py_frame_buf *buf;
-    __u64 frame;
-    __u32 base;       /* data[] index of the first Python frame */
-    __u32 flags;      /* NP_LF_PY_* */
-    __u32 read;       /* frames read, */
-    __u32 bulk;       /* ... of them from buf->bulk */
-    __u64 hash;       /* of the code objects walked */
-    __u64 bulk_lo;    /* buf->bulk holds user memory [bulk_lo, bulk_hi) */
-    __u64 bulk_hi;    /* 0: nothing */
-    __u64 chunk_lo;   /* the data-stack chunk being walked: its frames' area */
-    __u64 chunk_hi;   /* 0: none (frames are read one by one) */
-    __u64 chunk_prev; /* the chunk before it */
+    struct py_walk *s; /* &buf->walk */
 };
 
 /* Loads the chunk at addr into w; false (w unchanged) when unreadable. */
 static __always_inline bool load_chunk(struct frame_walk *w, __u64 addr) {
-    struct py_chunk_head h = {};
-    if (!addr || bpf_probe_read_user(&h, sizeof(h), (void *)addr) != 0)
+    struct py_chunk_head *h = &w->buf->chunk;
+    if (!addr || bpf_probe_read_user(h, sizeof(*h), (void *)addr) != 0)
         return false;
-    if (h.size <= w->cfg->chunk_data)
+    if (h->size <= w->cfg->chunk_data)
         return false;
-    w->chunk_lo = addr + w->cfg->chunk_data;
-    w->chunk_hi = addr + h.size;
-    w->chunk_prev = h.previous;
+    w->s->chunk_lo = addr + w->cfg->chunk_data;
+    w->s->chunk_hi = addr + h->size;
+    w->s->chunk_prev = h->previous;
     return true;
 }
 
@@ -597,26 +626,26 @@ static __always_inline bool load_chunk(struct frame_walk *w, __u64 addr) {
  * current one for good then: older frames lie in older chunks). False:
  * frame is elsewhere (a generator's), or the copy failed. */
 static __always_inline bool fill_bulk(struct frame_walk *w, __u64 frame, __u64 end) {
-    if (!w->chunk_hi || frame >= end)
+    if (!w->s->chunk_hi || frame >= end)
         return false;
-    if (frame < w->chunk_lo || end > w->chunk_hi) {
-        __u64 lo = w->chunk_lo, hi = w->chunk_hi, prev = w->chunk_prev;
+    if (frame < w->s->chunk_lo || end > w->s->chunk_hi) {
+        __u64 lo = w->s->chunk_lo, hi = w->s->chunk_hi, prev = w->s->chunk_prev;
         if (!load_chunk(w, prev))
             return false;
-        if (frame < w->chunk_lo || end > w->chunk_hi) { /* not there either: stay */
-            w->chunk_lo = lo, w->chunk_hi = hi, w->chunk_prev = prev;
+        if (frame < w->s->chunk_lo || end > w->s->chunk_hi) { /* not there either: stay */
+            w->s->chunk_lo = lo, w->s->chunk_hi = hi, w->s->chunk_prev = prev;
             return false;
         }
     }
-    __u64 start = end - w->chunk_lo > NP_PY_BULK_BYTES ? end - NP_PY_BULK_BYTES : w->chunk_lo;
+    __u64 start = end - w->s->chunk_lo > NP_PY_BULK_BYTES ? end - NP_PY_BULK_BYTES : w->s->chunk_lo;
     __u64 size = end - start;
     if (size > NP_PY_BULK_BYTES)
         return false;
     barrier_var(size); /* the bounded register is the one passed */
     if (bpf_probe_read_user(w->buf->bulk, size, (void *)start) != 0)
         return false;
-    w->bulk_lo = start;
-    w->bulk_hi = end;
+    w->s->bulk_lo = start;
+    w->s->bulk_hi = end;
     return true;
 }
 
@@ -625,15 +654,15 @@ static __always_inline bool fill_bulk(struct frame_walk *w, __u64 frame, __u64 e
  * their own. NULL: unreadable. */
 static __always_inline const __u8 *frame_bytes(struct frame_walk *w, __u64 frame, __u32 len) {
     __u64 end = frame + len;
-    bool held = frame >= w->bulk_lo && end <= w->bulk_hi && frame < end;
+    bool held = frame >= w->s->bulk_lo && end <= w->s->bulk_hi && frame < end;
     if (!held && !fill_bulk(w, frame, end)) {
         if (bpf_probe_read_user(w->buf->bytes, len, (void *)frame) != 0)
             return NULL;
         return w->buf->bytes;
     }
-    __u64 off = (frame - w->bulk_lo) & (NP_PY_BULK_BYTES - 1);
+    __u64 off = (frame - w->s->bulk_lo) & (NP_PY_BULK_BYTES - 1);
     barrier_var(off);
-    w->bulk++;
+    w->s->bulk++;
     return w->buf->bulk + off;
 }
 
@@ -650,7 +679,7 @@ static __always_inline __u8 buf_u8(const __u8 *buf, __u32 off) {
 }
 
 static __always_inline __u32 *frame_flags_at(struct frame_walk *w, __u32 n) {
-    __u64 idx = (__u64)w->base + 2 * (__u64)n;
+    __u64 idx = (__u64)w->s->base + 2 * (__u64)n;
     if (idx > NP_DATA_WORDS - 2)
         return NULL;
     barrier_var(idx);
@@ -671,15 +700,6 @@ static __always_inline __u32 *frame_flags_at(struct frame_walk *w, __u32 n) {
 #define NP_PY_FAST_INSTR 0x38
 #define NP_PY_FAST_OWNER 0x46
 
-/* What walk_held reads and updates of the walk: scalars only (a global
- * function's memory arguments lose the pointers spilled in them). */
-struct held_walk {
-    __u64 frame, hash;
-    __u64 bulk_lo, bulk_hi; /* buf->bulk holds user memory [bulk_lo, bulk_hi) */
-    __u32 base;             /* data[] index of the first Python frame */
-    __u32 taken;            /* frames walked */
-};
-
 /* Walks on while the frame lies in buf->bulk and is an ordinary frame with
  * code (3.12+: no is_entry, shims known by their owner); stops, leaving it
  * to the general case, at any other: outside the copy, a C-stack shim, no
@@ -687,7 +707,7 @@ struct held_walk {
  * bounds (frames left under max_frames, room in data[]) are checked once,
  * before the loop, so a frame costs one test of where it lies and one of
  * what it is. */
-static __always_inline void walk_held_at(struct held_walk *h, struct np_launch_event *e,
+static __always_inline void walk_held_at(struct py_walk *h, struct np_launch_event *e,
                                          const __u8 *bulk, const struct np_py_cfg *cfg, __u32 len,
                                          __u32 prev_off, __u32 code_off, __u32 instr_off,
                                          __u32 owner_off) {
@@ -728,7 +748,7 @@ static __always_inline void walk_held_at(struct held_walk *h, struct np_launch_e
 /* A global function, verified once whatever its caller's state: the walk
  * leaves it in as many states as frames it can take, and each would
  * otherwise carry the rest of the step through the verifier. */
-__noinline int walk_held(struct held_walk *h, struct np_launch_event *e, struct py_frame_buf *buf,
+__noinline int walk_held(struct py_walk *h, struct np_launch_event *e, struct py_frame_buf *buf,
                          const struct np_py_cfg *cfg, __u32 len) {
     if (!h || !e || !buf || !cfg)
         return 0;
@@ -755,28 +775,21 @@ static long frame_walk_step(__u32 i, void *ctx) {
 
     if (len > NP_PY_FRAME_READ)
         len = NP_PY_FRAME_READ;
-    struct held_walk h = {.frame = w->frame,
-                          .hash = w->hash,
-                          .bulk_lo = w->bulk_lo,
-                          .bulk_hi = w->bulk_hi,
-                          .base = w->base};
-    walk_held(&h, w->e, w->buf, cfg, len);
-    w->frame = h.frame;
-    w->hash = h.hash;
-    w->read += h.taken;
-    w->bulk += h.taken;
-    if (!w->frame)
+    walk_held(w->s, w->e, w->buf, cfg, len);
+    w->s->read += w->s->taken;
+    w->s->bulk += w->s->taken;
+    if (!w->s->frame)
         return 1;
-    __u64 frame = w->frame;
+    __u64 frame = w->s->frame;
     const __u8 *fb = frame_bytes(w, frame, len);
     if (!fb) {
-        w->flags |= NP_LF_PY_ERR;
+        w->s->flags |= NP_LF_PY_ERR;
         return 1;
     }
-    w->read++;
-    w->frame = buf_u64(fb, cfg->frame_previous);
-    if (w->frame == frame) /* a corrupt chain must not spin */
-        w->frame = 0;
+    w->s->read++;
+    w->s->frame = buf_u64(fb, cfg->frame_previous);
+    if (w->s->frame == frame) /* a corrupt chain must not spin */
+        w->s->frame = 0;
     __u64 code = buf_u64(fb, cfg->frame_code) & ~7ull; /* 3.14: tagged _PyStackRef */
     if (cfg->frame_owner != NP_PY_NO_FIELD && buf_u8(fb, cfg->frame_owner) >= cfg->owner_shim) {
         /* the C-stack shim below a C activation's frames: ends that block */
@@ -790,10 +803,10 @@ static long frame_walk_step(__u32 i, void *ctx) {
         return 0;
     __u32 n = w->e->n_py;
     if (n >= cfg->max_frames || n >= NP_PY_MAX_FRAMES) {
-        w->flags |= NP_LF_PY_TRUNCATED;
+        w->s->flags |= NP_LF_PY_TRUNCATED;
         return 1;
     }
-    __u64 idx = (__u64)w->base + 2 * (__u64)n;
+    __u64 idx = (__u64)w->s->base + 2 * (__u64)n;
     if (idx > NP_DATA_WORDS - 2)
         return 1;
     barrier_var(idx);
@@ -808,7 +821,7 @@ static long frame_walk_step(__u32 i, void *ctx) {
         if (cfg->frame_is_entry != NP_PY_NO_FIELD && buf_u8(fb, cfg->frame_is_entry))
             flags = NP_PYF_ENTRY;
     }
-    w->hash = (w->hash ^ code) * 0x100000001b3ull;
+    w->s->hash = (w->s->hash ^ code) * 0x100000001b3ull;
     w->e->data[idx] = code;
     w->e->data[idx + 1] = (__u64)(__u32)instr | ((__u64)flags << 32);
     w->e->n_py = n + 1;
@@ -816,10 +829,6 @@ static long frame_walk_step(__u32 i, void *ctx) {
 }
 
 /* The thread state's fields the walk starts from. */
-struct tstate_fields {
-    __u64 thread_id, frame, chunk;
-};
-
 static __always_inline __u64 span_u64(const __u8 *buf, __u32 off) {
     if (off > NP_PY_TSTATE_SPAN - 8)
         return 0;
@@ -885,47 +894,53 @@ __noinline int capture_python(struct np_launch_event *e, const struct np_py_cfg 
     count(NP_CNT_PY_WALKS);
     __u64 fsbase = bpf_get_current_task_btf()->thread.fsbase;
     bool chunked = cfg->tstate_chunk != NP_PY_NO_FIELD && cfg->chunk_data != NP_PY_NO_FIELD;
-    struct tstate_fields f = {};
+    struct tstate_fields *f = &buf->tf;
     __u64 tstate = 0;
+    __builtin_memset(f, 0, sizeof(*f));
     /* the thread's state found before: checked with the same read that
      * gets the fields */
-    if (t->py_state == NP_THR_PY_FOUND && read_tstate(cfg, buf, t->py_tstate, chunked, &f) &&
-        f.thread_id == fsbase)
+    if (t->py_state == NP_THR_PY_FOUND && read_tstate(cfg, buf, t->py_tstate, chunked, f) &&
+        f->thread_id == fsbase)
         tstate = t->py_tstate;
     if (!tstate &&
         !(t->py_state == NP_THR_PY_NONE && now - t->py_checked < NP_PY_NO_THREAD_RECHECK_NS)) {
         tstate = find_thread_state(cfg, t, fsbase, now);
-        __builtin_memset(&f, 0, sizeof(f));
-        if (tstate && !read_tstate(cfg, buf, tstate, chunked, &f))
-            __builtin_memset(&f, 0, sizeof(f));
+        __builtin_memset(f, 0, sizeof(*f));
+        if (tstate && !read_tstate(cfg, buf, tstate, chunked, f))
+            __builtin_memset(f, 0, sizeof(*f));
     }
     if (!tstate) {
         e->flags |= NP_LF_PY_NO_THREAD;
         count(NP_CNT_PY_NO_THREAD);
         return 0;
     }
-    struct frame_walk w = {
-        .e = e, .cfg = cfg, .buf = buf, .base = base, .hash = 0xcbf29ce484222325ull};
-    w.frame = f.frame;
-    if (w.frame && cfg->cframe_frame != NP_PY_NO_FIELD) /* 3.11/3.12: via tstate->cframe */
-        w.frame = stack_or_user_u64(e, stack_len, w.frame + cfg->cframe_frame);
-    if (w.frame && chunked)
-        load_chunk(&w, f.chunk);
+    struct py_walk *s = &buf->walk;
+    __builtin_memset(s, 0, sizeof(*s));
+    s->base = base;
+    s->hash = 0xcbf29ce484222325ull;
+    s->frame = f->frame;
+    struct frame_walk w = {.e = e, .cfg = cfg, .buf = buf, .s = s};
+    if (s->frame && cfg->cframe_frame != NP_PY_NO_FIELD) /* 3.11/3.12: via tstate->cframe */
+        s->frame = stack_or_user_u64(e, stack_len, s->frame + cfg->cframe_frame);
+    if (s->frame && chunked)
+        load_chunk(&w, f->chunk);
     bpf_loop(2 * NP_PY_MAX_FRAMES + 2, frame_walk_step, &w, 0);
-    count_n(NP_CNT_PY_FRAMES, w.read);
-    count_n(NP_CNT_PY_FRAMES_BULK, w.bulk);
-    e->flags |= NP_LF_PY | w.flags;
-    if (w.flags & NP_LF_PY_ERR)
+    count_n(NP_CNT_PY_FRAMES, s->read);
+    count_n(NP_CNT_PY_FRAMES_BULK, s->bulk);
+    e->flags |= NP_LF_PY | s->flags;
+    if (s->flags & NP_LF_PY_ERR)
         count(NP_CNT_PY_ERRORS);
-    if (w.flags & NP_LF_PY_TRUNCATED)
+    if (s->flags & NP_LF_PY_TRUNCATED)
         count(NP_CNT_PY_TRUNCATED);
     /* the thread's last stack was seen: most launches repeat it */
-    if (!e->n_py || t->py_hash == w.hash)
+    if (!e->n_py || t->py_hash == s->hash)
         return 0;
-    struct py_stack_key key = {.pid = pid, .hash = w.hash};
-    __u8 one = 1;
-    if (!bpf_map_lookup_elem(&py_seen_stacks, &key)) {
-        bpf_map_update_elem(&py_seen_stacks, &key, &one, BPF_ANY);
+    struct py_stack_key *key = &buf->seen;
+    key->pid = pid;
+    key->pad = 0;
+    key->hash = s->hash;
+    if (!bpf_map_lookup_elem(&py_seen_stacks, key)) {
+        bpf_map_update_elem(&py_seen_stacks, key, &seen_value, BPF_ANY);
         e->flags |= NP_LF_PY_NEW;
         /* While this thread is in the launch its frames (and their code
          * objects) live; a script may free them right after. A process
@@ -933,7 +948,7 @@ __noinline int capture_python(struct np_launch_event *e, const struct np_py_cfg 
         if (cfg->hold)
             bpf_send_signal(NP_SIGSTOP);
     }
-    t->py_hash = w.hash;
+    t->py_hash = s->hash;
     return 0;
 }
 
@@ -1117,9 +1132,8 @@ static __always_inline void remember_thunk(struct pt_regs *ctx, __u32 probe_id) 
 static __always_inline void remember_handle_call(struct pt_regs *ctx,
                                                  const struct np_probe_cfg *cfg, __u32 probe_id,
                                                  __u32 tid) {
-    struct np_handle_event empty = {};
     struct call_key key = {.tid = tid, .sp = PT_REGS_SP(ctx)};
-    if (bpf_map_update_elem(&handle_calls, &key, &empty, BPF_ANY) != 0)
+    if (bpf_map_update_elem(&handle_calls, &key, &empty_handle_call, BPF_ANY) != 0)
         return;
     struct np_handle_event *h = bpf_map_lookup_elem(&handle_calls, &key);
     if (!h)
@@ -1135,9 +1149,8 @@ static __always_inline void remember_handle_call(struct pt_regs *ctx,
 
 static __always_inline void remember_graph_call(struct pt_regs *ctx, const struct np_probe_cfg *cfg,
                                                 __u32 probe_id, __u32 tid) {
-    struct np_graph_event empty = {};
     struct call_key key = {.tid = tid, .sp = PT_REGS_SP(ctx)};
-    if (bpf_map_update_elem(&graph_calls, &key, &empty, BPF_ANY) != 0)
+    if (bpf_map_update_elem(&graph_calls, &key, &empty_graph_call, BPF_ANY) != 0)
         return;
     struct np_graph_event *g = bpf_map_lookup_elem(&graph_calls, &key);
     if (!g)
@@ -1187,15 +1200,20 @@ static __always_inline void graph_call_at_entry(struct pt_regs *ctx, const struc
                                                 __u32 probe_id, __u64 pid_tgid) {
     if (!capturing(pid_tgid >> 32))
         return;
-    struct np_graph_event g = {.probe_id = probe_id, .op = cfg->graph_op};
-    read_reg_args(ctx, g.args);
-    fill_header(&g.hdr, NP_EV_GRAPH, sizeof(g), pid_tgid, bpf_ktime_get_ns());
-    if (bpf_ringbuf_output(&events, &g, sizeof(g), wakeup_flag(sizeof(g))) == 0) {
-        count(NP_CNT_GRAPH_SENT);
-    } else {
+    /* built in the ring, not on the stack (see empty_handle_call) */
+    struct np_graph_event *g = bpf_ringbuf_reserve(&events, sizeof(*g), 0);
+    if (!g) {
         count(NP_CNT_GRAPH_DROPPED);
         count_probe(&probe_drops, probe_id);
+        return;
     }
+    __builtin_memset(g, 0, sizeof(*g));
+    g->probe_id = probe_id;
+    g->op = cfg->graph_op;
+    read_reg_args(ctx, g->args);
+    fill_header(&g->hdr, NP_EV_GRAPH, sizeof(*g), pid_tgid, bpf_ktime_get_ns());
+    bpf_ringbuf_submit(g, wakeup_flag(sizeof(*g)));
+    count(NP_CNT_GRAPH_SENT);
 }
 
 /* The return of a capture or graph call: its record, with what its out
