@@ -244,6 +244,26 @@ static void scan_units(Dwarf *dw, struct search *s) {
     }
 }
 
+Dwarf *np_dwarf_open(const char *path, int *fd, int *err) {
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0) {
+        *err = -errno;
+        return NULL;
+    }
+    Dwarf *dw = dwarf_begin(*fd, DWARF_C_READ);
+    if (!dw) {
+        close(*fd);
+        *fd = -1;
+        *err = -ENODATA;
+    }
+    return dw;
+}
+
+void np_dwarf_close(Dwarf *dw, int fd) {
+    dwarf_end(dw);
+    close(fd);
+}
+
 int np_dwarf_read(const char *path, struct np_dwarf_request *req) {
     size_t nf = req->nfields, ne = req->on_enumerator ? req->nenums : 0;
     bool found[nf > 0 ? nf : 1], enum_found[ne > 0 ? ne : 1];
@@ -254,19 +274,14 @@ int np_dwarf_read(const char *path, struct np_dwarf_request *req) {
     for (size_t i = 0; i < ne; i++)
         enum_found[i] = false;
     req->dwarf_version = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    Dwarf *dw = dwarf_begin(fd, DWARF_C_READ);
-    if (!dw) {
-        close(fd);
-        return -ENODATA;
-    }
+    int fd, err;
+    Dwarf *dw = np_dwarf_open(path, &fd, &err);
+    if (!dw)
+        return err;
     struct search s = {
         .req = req, .found = found, .enum_found = enum_found, .nenums = ne, .left = nf + ne};
     scan_units(dw, &s);
-    dwarf_end(dw);
-    close(fd);
+    np_dwarf_close(dw, fd);
     return 0;
 }
 

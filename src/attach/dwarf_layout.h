@@ -49,4 +49,11 @@ int np_dwarf_read(const char *path, struct np_dwarf_request *req);
 int np_dwarf_fields(const char *path, const struct np_field_query *queries, size_t n,
                     struct np_field *out);
 
+struct Dwarf;
+/* The DWARF of the ELF file at path, opened for reading (*fd: the file,
+ * closed by np_dwarf_close); NULL with *err = -ENODATA when it has none, or
+ * another negative errno. */
+struct Dwarf *np_dwarf_open(const char *path, int *fd, int *err);
+void np_dwarf_close(struct Dwarf *dw, int fd);
+
 #endif

@@ -4,15 +4,14 @@
  * and namespaces are searched, where GCC puts out-of-line functions. */
 #define _GNU_SOURCE
 #include "attach/dwarf_params.h"
+#include "attach/dwarf_layout.h"
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 /* The subprogram in scope (or a namespace under it) whose code holds vaddr. */
 static bool find_subprogram(Dwarf_Die *scope, uint64_t vaddr, Dwarf_Die *out) {
@@ -102,22 +101,17 @@ int np_dwarf_entry_params(const char *path, uint64_t vaddr, const char *const *n
                           struct np_param_loc *out) {
     for (size_t i = 0; i < n; i++)
         out[i] = (struct np_param_loc){.kind = NP_PARAM_ABSENT};
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    Dwarf *dw = dwarf_begin(fd, DWARF_C_READ);
-    if (!dw) {
-        close(fd);
-        return -ENODATA;
-    }
+    int fd, err;
+    Dwarf *dw = np_dwarf_open(path, &fd, &err);
+    if (!dw)
+        return err;
     Dwarf_Die fn;
-    int err = -ENOENT;
+    err = -ENOENT;
     if (find_function(dw, vaddr, &fn)) {
         read_params(&fn, vaddr, names, n, out);
         err = 0;
     }
-    dwarf_end(dw);
-    close(fd);
+    np_dwarf_close(dw, fd);
     return err;
 }
 
