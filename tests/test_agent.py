@@ -61,12 +61,12 @@ def test_attach_refused_while_the_library_writes_a_trace_file(tmp_path):
 
 # ---- cupti_app --scenario live -------------------------------------------------------------
 
-def start_live_app(tmp_path, sock):
+def start_live_app(tmp_path, sock, env=None):
     expect = tmp_path / "expect.jsonl"
     app = subprocess.Popen(
         [str(APP), "--scenario", "live", "--injection", str(CUPTI_LIB), "--expect", str(expect),
          "--threads", "2", "--sleep-us", "2000"],
-        env={**os.environ, "NCCLPROBE_CUPTI_SOCKET": str(sock)},
+        env={**os.environ, "NCCLPROBE_CUPTI_SOCKET": str(sock), **(env or {})},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = app.stdout.readline()
     if not line.startswith("ready "):
@@ -83,9 +83,16 @@ def gpu_view(records):
     return sorted((r["name"], r["start_ns"], r["end_ns"]) for r in records)
 
 
-def test_live_app_launches_before_and_after_the_library_is_reached(tmp_path):
+# Names before records also when CUPTI is slow to turn on (the real cuptiActivityEnable's first
+# kernel enable can take long: launches are reported and recorded meanwhile), and when the thread
+# naming a handle is held up in the driver's query longer than a flush period while the other
+# thread launches the same handle.
+@pytest.mark.parametrize("slow", [{}, {"CUPTI_REPLAY_ENABLE_DELAY_MS": "40"},
+                                  {"FAKECUDA_NAME_DELAY_MS": "150"}],
+                         ids=["prompt", "slow-enable", "slow-name-query"])
+def test_live_app_launches_before_and_after_the_library_is_reached(tmp_path, slow):
     sock = tmp_path / "cupti.sock"
-    app, pid, expect = start_live_app(tmp_path, sock)
+    app, pid, expect = start_live_app(tmp_path, sock, slow)
     try:
         wait_for(lambda: lines_in(expect) >= 30, 20, "launches before any listener")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -117,21 +124,23 @@ def test_live_app_launches_before_and_after_the_library_is_reached(tmp_path):
     for r in rows:
         assert gpu_view(c.records_of(r["correlation_id"])) == gpu_view(r["gpu"]), r
 
-    # every handle launched once CUPTI listened is named once, before its first records -
-    # the driver's handles (no symbolName) by the driver's own query, made before it all
-    first = {}
+    # every handle launched once CUPTI listened is named before any record of its launches -
+    # the driver's handles (no symbolName) by the driver's own query, made before it all; a
+    # thread that launches it while another is naming it names it too (the same name)
+    launches = defaultdict(set)
     for r in traced:
-        first.setdefault(r["handle"], r)
+        launches[r["handle"]].add(r["correlation_id"])
     names = defaultdict(list)
     for i, e in enumerate(c.events):
         if e["type"] == "name":
             names[e["handle"]].append((i, e["name"]))
-    assert set(names) == set(first)
-    assert sorted(n for (_, n), in names.values()) == [
+    assert set(names) == set(launches)
+    assert sorted(n[0][1] for n in names.values()) == [
         "live_drv_kernel_a", "live_drv_kernel_b", "live_lib_kernel", "live_rt_kernel"]
-    for handle, r in first.items():
-        ((at, name),) = names[handle]
-        assert name == r["gpu"][0]["name"]
-        rec = next(i for i, e in enumerate(c.events)
-                   if e["type"] == "record" and e["correlation_id"] == r["correlation_id"])
+    for handle, corrs in launches.items():
+        (at, name), *repeats = names[handle]
+        assert all(n == name for _, n in repeats), names[handle]
+        assert {r["gpu"][0]["name"] for r in traced if r["handle"] == handle} == {name}
+        rec = min(i for i, e in enumerate(c.events)
+                  if e["type"] == "record" and e["correlation_id"] in corrs)
         assert at < rec, (name, at, rec)

@@ -18,7 +18,9 @@
  * library saw for the first time on this connection. A handle's NAMES entry
  * is sent before the ACTIVITY records of the launch that made it known
  * (one stream, in order), so ncclprobe can name launches of handles it
- * never saw being created (a process it attached to late).
+ * never saw being created (a process it attached to late). A thread that
+ * launched the handle while another was naming it sends its own entry,
+ * the same name again, before its own records.
  *
  * A connection ncclprobe hands to a library it loaded or woke in a running
  * process (ncclprobe_cupti_attach) starts the other way: the library says

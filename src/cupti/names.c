@@ -4,15 +4,19 @@
  * filled to at most 64k handles (a full set names no more; the load stays
  * at most one half, so probes are short), lock-free: a slot's handle is
  * claimed with one compare-and-swap and never changes again. Each slot
- * remembers the connection its handle was last named on; the thread that
- * moves it to the current connection (another compare-and-swap) sends the
- * name, so a handle is named once per connection (by one thread, however
- * many race on it) and again to the next daemon.
+ * remembers two connections: the one a thread took on naming the handle
+ * for (`claimed`: the thread that moves it to the current connection, by
+ * another compare-and-swap) and the one its name was queued on (`named`).
+ * So a handle is named once per connection, and again to the next daemon.
  *
  * The frame is queued on the launching thread, at the ENTER callback:
  * CUPTI completes the launch's records later and they are queued behind it,
- * so ncclprobe has the name before it sees the records. A frame the queue
- * refuses (full) gives the slot back, so the next launch tries again. The
+ * so ncclprobe has the name before it sees the records. That holds for
+ * every thread: one that launches the handle while another has claimed it
+ * but not queued its name yet (claimed, not named) queues the name itself
+ * rather than wait, so its own records cannot overtake the name - a
+ * repeat of the same name, rare and harmless. A frame the queue refuses
+ * (full) gives the slot back, so the next launch tries again. The
  * driver's queries run on the launching thread too, once per handle and
  * connection, only when CUPTI gave no symbolName; they are never called on
  * a runtime launch's func (a host stub is no driver handle). */
@@ -31,9 +35,9 @@
 #define SET_MAX (1u << 16) /* handles named at most */
 
 struct seen {
-    uint64_t handle;     /* 0: free; set once */
-    uint32_t connection; /* the connection it was last named on */
-    uint32_t pad;
+    uint64_t handle;  /* 0: free; set once */
+    uint32_t claimed; /* the connection a thread took on naming it for */
+    uint32_t named;   /* the connection its name was queued on (or found to be none) */
 };
 
 static struct seen seen_set[SET_SLOTS];
@@ -93,19 +97,12 @@ static struct seen *find_or_add(uint64_t handle) {
     return NULL;
 }
 
-/* The slot if this thread is the one to name the handle on connection;
- * NULL if it was named there already (or the set is full). */
-static struct seen *claim(uint64_t handle, uint32_t connection) {
-    struct seen *s = find_or_add(handle);
-    if (!s)
-        return NULL;
-    uint32_t was = __atomic_load_n(&s->connection, __ATOMIC_RELAXED);
-    if (was == connection)
-        return NULL;
-    if (!__atomic_compare_exchange_n(&s->connection, &was, connection, false, __ATOMIC_RELAXED,
-                                     __ATOMIC_RELAXED))
-        return NULL;
-    return s;
+/* Whether this thread takes on naming s's handle on connection: true for
+ * the one thread that moves `claimed` there. */
+static bool claim(struct seen *s, uint32_t connection) {
+    uint32_t was = __atomic_load_n(&s->claimed, __ATOMIC_RELAXED);
+    return was != connection && __atomic_compare_exchange_n(&s->claimed, &was, connection, false,
+                                                            __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 
 /* The first of the driver's queries that names the handle, or NULL. */
@@ -146,12 +143,19 @@ static bool send_name(uint64_t handle, const char *name) {
 }
 
 void np_names_note(uint32_t connection, const struct np_launch_fn *fn, const char *symbol_name) {
-    struct seen *s = claim(fn->handle, connection);
-    if (!s)
+    struct seen *s = find_or_add(fn->handle);
+    if (!s || __atomic_load_n(&s->named, __ATOMIC_ACQUIRE) == connection)
         return;
+    bool claimer = claim(s, connection);
+    if (!claimer && __atomic_load_n(&s->claimed, __ATOMIC_RELAXED) != connection)
+        return; /* the connection changed under us: the next launch names it */
     const char *name = symbol_name && symbol_name[0] ? symbol_name : driver_name(fn);
-    /* no name to be had: the handle stays claimed, not asked again per launch */
-    if (name && !send_name(fn->handle, name))
-        __atomic_compare_exchange_n(&s->connection, &connection, 0, false, __ATOMIC_RELAXED,
+    bool queued = name && send_name(fn->handle, name);
+    if (!claimer)
+        return;          /* named for this launch's records; the claimer settles the slot */
+    if (queued || !name) /* no name to be had: not asked again per launch */
+        __atomic_store_n(&s->named, connection, __ATOMIC_RELEASE);
+    else /* the queue was full: the next launch tries again */
+        __atomic_compare_exchange_n(&s->claimed, &connection, 0, false, __ATOMIC_RELAXED,
                                     __ATOMIC_RELAXED);
 }

@@ -229,11 +229,12 @@ static int set_send_options(int fd) {
     return 0;
 }
 
-/* fd becomes the connection (the previous one is closed): CUPTI is turned
- * on if it is not (the first connection, or another profiler held it
- * until now); application threads see a new connection number; the HELLO
- * goes first all the same: only this thread sends, and it sends the queue
- * after. */
+/* fd becomes the connection (the previous one is closed): application
+ * threads see a new connection number, then CUPTI is turned on if it is
+ * not (the first connection, or another profiler held it until now). In
+ * that order: a launch CUPTI reports already sees the connection, so it
+ * names its handle before its records (names.c). The HELLO goes first all
+ * the same: only this thread sends, and it sends the queue after. */
 static void use_connection(int fd) {
     drop_connection();
     if (set_send_options(fd) < 0) {
@@ -241,11 +242,11 @@ static void use_connection(int fd) {
         return;
     }
     sink.fd = fd;
+    __atomic_store_n(&sink.connection, ++sink.connections, __ATOMIC_RELEASE);
     if (sink.hooks.activate && (!sink.activated || sink.status == NP_HELLO_CUPTI_BUSY)) {
         sink.status = sink.hooks.activate(sink.message, sizeof(sink.message));
         sink.activated = true;
     }
-    __atomic_store_n(&sink.connection, ++sink.connections, __ATOMIC_RELEASE);
     send_hello();
 }
 

@@ -285,9 +285,9 @@ static void copy_name(char *dst, size_t dst_size, const char *src) {
         snprintf(dst, dst_size, "%s", src);
 }
 
-/* CUPTI_REPLAY_SUBSCRIBE_DELAY_MS, if set: a slow initialization. */
-static void subscribe_delay(void) {
-    const char *env = getenv(CUPTI_REPLAY_SUBSCRIBE_DELAY_ENV);
+/* The milliseconds in environment variable `name`, if set, slept: a slow CUPTI. */
+static void delay_from(const char *name) {
+    const char *env = getenv(name);
     long ms = env ? strtol(env, NULL, 10) : 0;
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
     while (ms > 0 && nanosleep(&ts, &ts) != 0) {
@@ -301,7 +301,7 @@ static CUptiResult subscribe(CUpti_SubscriberHandle *subscriber, CUpti_CallbackF
                              void *userdata, const char *name, char *old_name, size_t old_size) {
     if (!subscriber)
         return CUPTI_ERROR_INVALID_PARAMETER;
-    subscribe_delay();
+    delay_from(CUPTI_REPLAY_SUBSCRIBE_DELAY_ENV);
     const char *busy = getenv(CUPTI_REPLAY_BUSY_ENV);
     if (busy && *busy) {
         copy_name(old_name, old_size, busy);
@@ -402,6 +402,7 @@ CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind) {
     lock();
     set_kind_locked(kind, true);
     unlock();
+    delay_from(CUPTI_REPLAY_ENABLE_DELAY_ENV);
     return CUPTI_SUCCESS;
 }
 

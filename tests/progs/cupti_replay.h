@@ -21,6 +21,11 @@
  * may when it initializes in a process whose CUDA contexts exist (lazy attach). */
 #define CUPTI_REPLAY_SUBSCRIBE_DELAY_ENV "CUPTI_REPLAY_SUBSCRIBE_DELAY_MS"
 
+/* Environment variable: milliseconds cuptiActivityEnable takes after the kind is on, as the real
+ * CUPTI's may (its first CONCURRENT_KERNEL enable sets up every context): launches meanwhile are
+ * reported and recorded while the subscriber is still turning CUPTI on. */
+#define CUPTI_REPLAY_ENABLE_DELAY_ENV "CUPTI_REPLAY_ENABLE_DELAY_MS"
+
 /* The CUPTI the double presents itself as: cuptiGetVersion says the CUPTI_API_VERSION of the
  * headers it is built with (the toolkit's: 130001 for CUDA 13.0), whose newest record structs
  * (CUpti_ActivityKernel10, Memcpy6, Memset4, API) are the ones it writes. This environment

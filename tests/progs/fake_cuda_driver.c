@@ -56,6 +56,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fake_cuda.h"
 
@@ -154,11 +155,23 @@ EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel) {
     return named_handle((void **)pFunc, KIND_FUNCTION, name);
 }
 
+/* FAKECUDA_NAME_DELAY_MS, if set: each name query answers that much later, as one may whose
+ * thread is preempted (another thread's launches go on meanwhile). */
+static void name_query_delay(void) {
+    const char *env = getenv("FAKECUDA_NAME_DELAY_MS");
+    long ms = env ? strtol(env, NULL, 10) : 0;
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+    while (ms > 0 && nanosleep(&ts, &ts) != 0) {
+    }
+}
+
 EXPORT CUresult cuFuncGetName(const char **name, CUfunction hfunc) {
+    name_query_delay();
     return name_of(name, hfunc, KIND_FUNCTION);
 }
 
 EXPORT CUresult cuKernelGetName(const char **name, CUkernel hfunc) {
+    name_query_delay();
     return name_of(name, hfunc, KIND_KERNEL);
 }
 
