@@ -7,9 +7,12 @@
  * on any failure. */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "attach/dwarf_layout.h"
@@ -1213,9 +1216,63 @@ static void test_backlog(void) {
     np_backlog_free(&b);
 }
 
+/* The backlog with its producer on another thread, as the drain thread is:
+ * every record comes out once, in order and whole, while the producer
+ * copies without the lock and moves from chunk to chunk, and waits for
+ * room when the budget is spent. */
+#define BACKLOG_THREADED_RECORDS 200000
+
+static void *backlog_producer(void *arg) {
+    struct np_backlog *b = arg;
+    static uint8_t rec[5000];
+    for (uint32_t i = 0; i < BACKLOG_THREADED_RECORDS; i++) {
+        size_t n = 8 + (size_t)(i * 2654435761u) % (sizeof(rec) - 8);
+        memset(rec, (int)(i & 0xff), n);
+        memcpy(rec, &i, sizeof(i));
+        while (np_backlog_push(b, rec, n, false) == -ENOBUFS) /* full: the consumer works */
+            sched_yield();
+    }
+    return NULL;
+}
+
+static void test_backlog_threaded(void) {
+    struct np_backlog b;
+    np_backlog_init(&b, 16u << 20);
+    pthread_t producer;
+    CHECK(pthread_create(&producer, NULL, backlog_producer, &b) == 0);
+    uint32_t next = 0;
+    bool in_order = true, whole = true;
+    time_t give_up = time(NULL) + 60; /* a record that never comes fails, not hangs */
+    while (next < BACKLOG_THREADED_RECORDS && in_order && whole && time(NULL) < give_up) {
+        size_t size;
+        uint32_t *flags, f;
+        while (np_backlog_scan(&b, &size, &flags)) {
+        }
+        const uint8_t *p;
+        while ((p = np_backlog_peek(&b, &size, &f))) {
+            uint32_t id;
+            memcpy(&id, p, sizeof(id));
+            size_t n = 8 + (size_t)(next * 2654435761u) % (5000 - 8);
+            in_order &= id == next;
+            whole &= size == n && p[n - 1] == (uint8_t)(next & 0xff);
+            np_backlog_pop(&b);
+            next++;
+        }
+    }
+    CHECK(in_order && whole && next == BACKLOG_THREADED_RECORDS);
+    if (next < BACKLOG_THREADED_RECORDS) { /* the producer may wait for room forever */
+        fprintf(stderr, "test_backlog_threaded: record %u never came\n", next);
+        exit(1);
+    }
+    pthread_join(producer, NULL);
+    CHECK(np_backlog_waiting(&b) == 0 && b.dropped_launches == 0);
+    np_backlog_free(&b);
+}
+
 int main(void) {
     test_demangle();
     test_backlog();
+    test_backlog_threaded();
     test_thunk();
     test_maps();
     test_sanitize();
