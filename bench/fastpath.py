@@ -32,6 +32,8 @@ import threading
 import time
 from pathlib import Path
 
+from cost import BpfStats
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -130,20 +132,19 @@ def main():
     global PIN
     PIN = tuple(int(x) for x in args.pin.split(",")) if args.pin else None
     build = Path(args.build).resolve()
-    stats = Path("/proc/sys/kernel/bpf_stats_enabled")
-    was = stats.read_text().strip()
+    stats = BpfStats()  # cost.py's: on for the run, off again however it ends
     modes = ["bare", "callbacks", "int3", "fast"]
     got = {m: [] for m in modes}
     try:
-        stats.write_text("1\n")
+        stats.enable("fd")
         with tempfile.TemporaryDirectory() as tmp:
             for r in range(args.rounds):
                 order = modes[r % 4:] + modes[:r % 4]
                 for m in order:
                     got[m].append(run_once(build, m, args.iters, tmp))
                     print(f"round {r + 1} {m}: {got[m][-1]}", file=sys.stderr)
-    finally:  # the host as it was: a fresh host has statistics off
-        stats.write_text(was + "\n")
+    finally:
+        stats.restore()
     med = {m: statistics.median(x["ns"] for x in got[m]) for m in modes}
     wall = {m: statistics.median(x["wall_ns"] for x in got[m]) for m in modes}
     add = {m: med[m] - med["bare"] for m in ("int3", "fast")}

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "cupti_replay.h"
+#include "progs_common.h"
 
 #define MAX_DOMAIN_CBIDS 1024
 #define RECORD_ALIGNMENT 8
@@ -285,15 +286,6 @@ static void copy_name(char *dst, size_t dst_size, const char *src) {
         snprintf(dst, dst_size, "%s", src);
 }
 
-/* The milliseconds in environment variable `name`, if set, slept: a slow CUPTI. */
-static void delay_from(const char *name) {
-    const char *env = getenv(name);
-    long ms = env ? strtol(env, NULL, 10) : 0;
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-    while (ms > 0 && nanosleep(&ts, &ts) != 0) {
-    }
-}
-
 /* Both subscribe entry points. Who holds CUPTI is reported as the real one does: "CUPTI for
  * <name>" for a CUPTI client (CUPTI's own 10-byte prefix), the tool name from CUPTI_REPLAY_BUSY
  * as given. On failure *subscriber is left untouched. */
@@ -301,7 +293,7 @@ static CUptiResult subscribe(CUpti_SubscriberHandle *subscriber, CUpti_CallbackF
                              void *userdata, const char *name, char *old_name, size_t old_size) {
     if (!subscriber)
         return CUPTI_ERROR_INVALID_PARAMETER;
-    delay_from(CUPTI_REPLAY_SUBSCRIBE_DELAY_ENV);
+    progs_sleep_env_ms(CUPTI_REPLAY_SUBSCRIBE_DELAY_ENV);
     const char *busy = getenv(CUPTI_REPLAY_BUSY_ENV);
     if (busy && *busy) {
         copy_name(old_name, old_size, busy);
@@ -402,7 +394,7 @@ CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind) {
     lock();
     set_kind_locked(kind, true);
     unlock();
-    delay_from(CUPTI_REPLAY_ENABLE_DELAY_ENV);
+    progs_sleep_env_ms(CUPTI_REPLAY_ENABLE_DELAY_ENV);
     return CUPTI_SUCCESS;
 }
 

@@ -56,9 +56,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "fake_cuda.h"
+#include "progs_common.h"
 
 #define EXPORT __attribute__((visibility("default"), noinline))
 
@@ -157,21 +157,15 @@ EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel) {
 
 /* FAKECUDA_NAME_DELAY_MS, if set: each name query answers that much later, as one may whose
  * thread is preempted (another thread's launches go on meanwhile). */
-static void name_query_delay(void) {
-    const char *env = getenv("FAKECUDA_NAME_DELAY_MS");
-    long ms = env ? strtol(env, NULL, 10) : 0;
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-    while (ms > 0 && nanosleep(&ts, &ts) != 0) {
-    }
-}
+#define NAME_DELAY_ENV "FAKECUDA_NAME_DELAY_MS"
 
 EXPORT CUresult cuFuncGetName(const char **name, CUfunction hfunc) {
-    name_query_delay();
+    progs_sleep_env_ms(NAME_DELAY_ENV);
     return name_of(name, hfunc, KIND_FUNCTION);
 }
 
 EXPORT CUresult cuKernelGetName(const char **name, CUkernel hfunc) {
-    name_query_delay();
+    progs_sleep_env_ms(NAME_DELAY_ENV);
     return name_of(name, hfunc, KIND_KERNEL);
 }
 

@@ -74,4 +74,11 @@ static inline void progs_sleep_us(long us) {
     }
 }
 
+/* Sleeps the milliseconds environment variable `name` says, if set: a test double made slow
+ * on purpose (CUPTI_REPLAY_*_DELAY_MS, FAKECUDA_NAME_DELAY_MS). */
+static inline void progs_sleep_env_ms(const char *name) {
+    const char *env = getenv(name);
+    progs_sleep_us(env ? strtol(env, NULL, 10) * 1000 : 0);
+}
+
 #endif

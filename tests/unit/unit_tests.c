@@ -1221,12 +1221,18 @@ static void test_backlog(void) {
  * copies without the lock and moves from chunk to chunk, and waits for
  * room when the budget is spent. */
 #define BACKLOG_THREADED_RECORDS 200000
+#define BACKLOG_THREADED_MAX 5000
+
+/* Record i's size: 8 bytes to BACKLOG_THREADED_MAX, scattered. */
+static size_t threaded_record_size(uint32_t i) {
+    return 8 + (size_t)(i * 2654435761u) % (BACKLOG_THREADED_MAX - 8);
+}
 
 static void *backlog_producer(void *arg) {
     struct np_backlog *b = arg;
-    static uint8_t rec[5000];
+    static uint8_t rec[BACKLOG_THREADED_MAX];
     for (uint32_t i = 0; i < BACKLOG_THREADED_RECORDS; i++) {
-        size_t n = 8 + (size_t)(i * 2654435761u) % (sizeof(rec) - 8);
+        size_t n = threaded_record_size(i);
         memset(rec, (int)(i & 0xff), n);
         memcpy(rec, &i, sizeof(i));
         while (np_backlog_push(b, rec, n, false) == -ENOBUFS) /* full: the consumer works */
@@ -1252,7 +1258,7 @@ static void test_backlog_threaded(void) {
         while ((p = np_backlog_peek(&b, &size, &f))) {
             uint32_t id;
             memcpy(&id, p, sizeof(id));
-            size_t n = 8 + (size_t)(next * 2654435761u) % (5000 - 8);
+            size_t n = threaded_record_size(next);
             in_order &= id == next;
             whole &= size == n && p[n - 1] == (uint8_t)(next & 0xff);
             np_backlog_pop(&b);
