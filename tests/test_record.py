@@ -245,6 +245,51 @@ def test_a_small_reader_backlog_counts_what_did_not_fit(tmp_path, workloads):
     assert ("backlog was full" in rec.stderr) == (reader["launches_dropped"] > 0)
 
 
+@needs_real_cudart
+@pytest.mark.parametrize("ring_mb,wakeup,expect_bytes", [
+    (None, None, (64 << 20) // 8),  # auto: an eighth of the default 64 MiB ring
+    ("4", "auto", (4 << 20) // 8),
+    ("4", "300", 300 * 1024),
+    (None, "0", 0),  # a wake-up at every record
+])
+def test_the_reader_is_woken_at_an_eighth_of_the_ring_unless_told(tmp_path, ring_mb, wakeup,
+                                                                  expect_bytes):
+    """BPF wakes the reader when the ring is an eighth full (--wakeup-kb
+    auto, the default) or at --wakeup-kb; whatever the threshold, every
+    launch is read - the last ones never reach it: the reader polls, and
+    drains at the end - or counted as dropped, and summary.json says what
+    was used."""
+    args = []
+    if ring_mb:
+        args += ["--ring-buffer-mb", ring_mb]
+    if wakeup:
+        args += ["--wakeup-kb", wakeup]
+    rec = record(tmp_path, [*args, "--", PROGS / "launcher", "--threads", "2", "--iters", "3000",
+                            "--variant", "rt"])
+    assert rec.returncode == 0, rec.stderr
+    made = sum(thread_lines(rec.stdout).values())
+    assert made == 6000
+    reader = rec.summary["reader"]
+    assert reader["ring_buffer_bytes"] == int(ring_mb or 64) << 20
+    assert reader["wakeup_bytes"] == expect_bytes
+    totals = rec.summary["totals"]
+    assert_consistent_totals(rec)
+    assert len(rec.ext_lines()) == totals["launches"] == made - totals["events_dropped"]
+    if not ring_mb:  # 64 MiB holds the whole burst; a 4 MiB ring may overflow in it
+        assert totals["events_dropped"] == 0
+
+
+@pytest.mark.parametrize("value,why", [("-1", "not a whole number"),
+                                       ("bogus", "not a whole number"),
+                                       ("1048577", "out of range"),
+                                       ("", "empty value")])
+def test_a_bad_wakeup_threshold_is_refused(tmp_path, value, why):
+    rec = record(tmp_path, ["--wakeup-kb", value, "--", "true"])
+    assert rec.returncode == 2, rec.stderr
+    assert "--wakeup-kb" in rec.stderr and why in rec.stderr, rec.stderr
+    assert not (tmp_path / "rec").exists()
+
+
 def test_driver_launches_are_named_from_the_calls_that_made_their_handles(tmp_path,
                                                                           workloads):
     """libfakecuda.so is a test double (the real driver needs a GPU): it hands

@@ -74,6 +74,7 @@ struct np_session {
     /* The ring's consumer and producer positions, mapped read-only on the first
      * np_session_ring_fill (NULL until then). */
     const uint64_t *ring_consumer, *ring_producer;
+    uint64_t wakeup_bytes; /* the ring's fill that wakes the reader (0: every record) */
     struct np_attacher attacher;
     struct np_target **targets;
     size_t ntargets;

@@ -160,8 +160,10 @@ const struct np_setting np_settings_table[] = {
              "not yet unwound (a burst waits there instead of\n"
              "overflowing the ring); 0: unwind as they are read",
      REC(LONG, backlog_mb), CONF(U64, reader_backlog_bytes)},
-    {.flag = "wakeup-kb", .metavar = "N", .type = NP_V_UINT, .max = 1 << 20, .def = "256",
-     .allowed = "an integer from 0 to 1048576", .help = "wake the reader once N KiB are queued",
+    {.flag = "wakeup-kb", .metavar = "N", .type = NP_V_UINT, .max = 1 << 20, .auto_ok = true,
+     .def = "auto", .allowed = "auto, or an integer from 0 to 1048576",
+     .help = "wake the reader once N KiB are queued; auto:\n"
+             "an eighth of the ring buffer",
      REC(LONG, wakeup_kb)},
     /* call stacks */
     {.flag = "unwind", .metavar = "MODE", .key = "unwind", .type = NP_V_ENUM, .names = unwind_names,
@@ -530,6 +532,10 @@ static int parse_in_units(const struct np_setting *r, const char *v, uint64_t *o
 }
 
 static int parse_uint(const struct np_setting *r, const char *v, uint64_t *out, struct problem *p) {
+    if (r->auto_ok && strcasecmp(v, "auto") == 0) {
+        *out = NP_SETTING_AUTO;
+        return 0;
+    }
     int rc = np_parse_u64(v, r->min, r->max, out);
     if (rc == -EINVAL)
         return bad(p, SAY_IS, "not a whole number");

@@ -44,7 +44,7 @@ struct np_settings {
     bool no_wait;
     long ring_mb;
     long backlog_mb; /* the reader's backlog (ingest/backlog.h); 0: none */
-    long wakeup_kb;
+    long wakeup_kb;  /* -1: auto, an eighth of the ring */
     enum unwind_mode unwind;
     bool inline_frames;
     const char *debuginfo_path;
@@ -149,6 +149,7 @@ struct np_setting {
     enum np_value_type type;
     uint64_t min, max;        /* in the type's unit (bytes, milliseconds, percent) */
     uint64_t multiple;        /* NP_V_UINT: 0, or the value is a multiple of it */
+    bool auto_ok;             /* NP_V_UINT: "auto" is allowed too (NP_SETTING_AUTO: -1 in a long) */
     bool pow2;                /* a power of two */
     bool zero_ok;             /* NP_V_DURATION: 0 is allowed below min ("no limit") */
     bool empty_ok;            /* NP_V_PATH: empty is allowed ("none") */
@@ -163,6 +164,9 @@ struct np_setting {
     struct np_setting_field record; /* in struct np_settings */
     struct np_setting_field config; /* in struct np_daemon_config */
 };
+
+/* The value of "auto" where auto_ok: the one the session works out. */
+#define NP_SETTING_AUTO UINT64_MAX
 
 extern const struct np_setting np_settings_table[];
 extern const size_t np_settings_count;

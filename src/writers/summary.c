@@ -119,6 +119,8 @@ static cJSON *totals_json(const struct np_summary *s) {
 static cJSON *reader_json(const struct np_summary *s) {
     cJSON *o = cJSON_CreateObject();
     const struct np_backlog *b = s->backlog;
+    np_json_add_u64(o, "ring_buffer_bytes", s->ring_bytes);
+    np_json_add_u64(o, "wakeup_bytes", s->wakeup_bytes);
     np_json_add_u64(o, "backlog_budget_bytes", b ? b->budget : 0);
     np_json_add_u64(o, "backlog_peak_bytes", b ? b->peak_bytes : 0);
     np_json_add_u64(o, "backlog_peak_records", b ? b->peak_records : 0);
