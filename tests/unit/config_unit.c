@@ -801,7 +801,7 @@ static void test_settings_table(void) {
     CHECK(np_settings_defaults(NP_SIDE_RECORD, &rec) == 0);
     CHECK(np_settings_defaults(NP_SIDE_RECORD, &dmn) == 0);
     np_settings_from_config(&c, &dmn);
-    CHECK(rec.ring_mb == 64 && dmn.ring_mb == 64 && rec.wakeup_kb == 256);
+    CHECK(rec.ring_mb == 64 && dmn.ring_mb == 64 && rec.wakeup_kb == -1); /* auto */
     CHECK(rec.unwind == dmn.unwind && rec.stack_bytes == dmn.stack_bytes);
     CHECK(rec.python == dmn.python && rec.python_depth == dmn.python_depth);
     CHECK(rec.gpu_timeout_ms == 5000 && dmn.gpu_timeout_ms == 5000);
@@ -835,6 +835,19 @@ static void test_settings_table(void) {
     CHECK(np_setting_set(np_setting_by_flag("cupti-socket"), NP_SIDE_RECORD, "rel.sock", &rec, msg,
                          sizeof(msg)) == 0); /* record's paths may be relative */
     CHECK(strcmp(rec.cupti_socket, "rel.sock") == 0);
+
+    /* the wake-up threshold: auto or a number of KiB, nothing else */
+    const struct np_setting *wake = np_setting_by_flag("wakeup-kb");
+    CHECK(np_setting_set(wake, NP_SIDE_RECORD, "512", &rec, msg, sizeof(msg)) == 0 &&
+          rec.wakeup_kb == 512);
+    CHECK(np_setting_set(wake, NP_SIDE_RECORD, "auto", &rec, msg, sizeof(msg)) == 0 &&
+          rec.wakeup_kb == -1);
+    CHECK(np_setting_set(wake, NP_SIDE_RECORD, "0", &rec, msg, sizeof(msg)) == 0 &&
+          rec.wakeup_kb == 0);
+    CHECK(np_setting_set(wake, NP_SIDE_RECORD, "-1", &rec, msg, sizeof(msg)) == -EINVAL);
+    CHECK(np_setting_set(wake, NP_SIDE_RECORD, "1048577", &rec, msg, sizeof(msg)) == -EINVAL);
+    CHECK(strstr(msg, "invalid --wakeup-kb '1048577'") == msg);
+    CHECK(np_setting_set(wake, NP_SIDE_RECORD, "autox", &rec, msg, sizeof(msg)) == -EINVAL);
 }
 
 int main(void) {
