@@ -104,7 +104,7 @@ struct np_thread {
     __u64 scope_sp, scope_ret;
     __u32 scope_probe, scope_set;
     __u32 scope_flags; /* enum scope_flags: what became of a fast-path launch's int3 hit */
-    __u32 pad;
+    __u32 hint_wake;   /* enum hint_wake: the reader woken for this stack top's first copy */
     /* a thunk that was entered and is about to jump into its target probe */
     __u64 thunk_sp;
     __u32 thunk_probe, thunk_set;
@@ -117,6 +117,16 @@ struct np_thread {
 enum scope_flags {
     SCOPE_SENT = 1u << 0,     /* the int3 hit of a fast-path probe sent the launch record */
     SCOPE_CONSUMED = 1u << 1, /* a marker has decided for this call */
+};
+
+/* A thread's first launch on a stack mapping with no stack_hints entry
+ * wakes the reader at once, so the hint that cuts its later copies is
+ * learned from that launch, not after the next batch or poll (100 ms of
+ * full-size copies on a thread launching flat out). */
+enum hint_wake {
+    HINT_WAKE_NONE = 0, /* not asked for this stack top */
+    HINT_WAKE_NOW = 1,  /* this launch asks: emit_launch wakes the reader */
+    HINT_WAKE_SENT = 2, /* asked; learned or not, never again for this top */
 };
 
 #define NP_THR_PY_UNKNOWN 0
@@ -152,8 +162,10 @@ static __always_inline struct np_thread *this_thread(void) {
         return t;
     __u32 zero = 0;
     t = bpf_map_lookup_elem(&thread_standin, &zero);
-    if (t)
+    if (t) {
         __builtin_memset(t, 0, sizeof(*t));
+        t->hint_wake = HINT_WAKE_SENT; /* it would ask at every launch */
+    }
     return t;
 }
 
@@ -377,6 +389,7 @@ static __always_inline __u64 stack_top_of(__u64 sp, __u64 pid_tgid, struct np_th
         t->vma_hi = b.end;
         t->top = top;
         t->hints_seen = 0;
+        t->hint_wake = HINT_WAKE_NONE;
     }
     __u32 gen = hints_gen;
     if (t->hints_seen == gen + 1) {
@@ -388,6 +401,8 @@ static __always_inline __u64 stack_top_of(__u64 sp, __u64 pid_tgid, struct np_th
     struct np_stack_hint_key hk = {.pid = pid_tgid >> 32, .tid = (__u32)pid_tgid, .stack_top = top};
     __u32 *hint = bpf_map_lookup_elem(&stack_hints, &hk);
     *unneeded = hint ? *hint : 0;
+    if (!hint && t->hint_wake == HINT_WAKE_NONE)
+        t->hint_wake = HINT_WAKE_NOW;
     t->unneeded = *unneeded;
     t->hints_seen = gen + 1;
     return top;
@@ -1106,13 +1121,16 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
     barrier_var(size); /* keep the bounded register for the verifier */
     fill_header(&e->hdr, NP_EV_LAUNCH, size, pid_tgid, ts);
 
-    __u64 wake = (e->flags & NP_LF_PY_NEW) ? BPF_RB_FORCE_WAKEUP : wakeup_flag(size);
+    bool wake_now = (e->flags & NP_LF_PY_NEW) || t->hint_wake == HINT_WAKE_NOW;
+    __u64 wake = wake_now ? BPF_RB_FORCE_WAKEUP : wakeup_flag(size);
     if (bpf_ringbuf_output(&events, e, size, wake) != 0) {
         count(NP_CNT_LAUNCH_DROPPED);
         count_probe(&probe_drops, e->called_as);
         return 0;
     }
     count(NP_CNT_LAUNCH_SENT);
+    if (t->hint_wake == HINT_WAKE_NOW)
+        t->hint_wake = HINT_WAKE_SENT;
     if (fast)
         count(NP_CNT_FAST_LAUNCHES);
     return 0;

@@ -230,8 +230,10 @@ def test_stack_copy_follows_the_depth_of_each_launch(tmp_path, where):
     outermost frame (stack_hints): one call site launching alternately 5 and
     250 recurse frames deep gets every stack whole - the copy grows and
     shrinks with the stack. On a worker thread (whose stack top holds
-    kilobytes of TLS no unwinding reads) nearly every copy is cut that way;
-    with --fixed-stack-copy none is."""
+    kilobytes of TLS no unwinding reads) nearly every copy is cut that way:
+    the thread's first launch wakes the reader, which learns the hint from
+    it, so the launches before the next poll (100 ms, ~30 here) do not copy
+    in full. With --fixed-stack-copy none is cut."""
     depths, repeat = [5, 250, 5, 250], 15
     args = ["--depths", ",".join(map(str, depths)), "--repeat", str(repeat),
             "--sleep-us", "3000"] + (["--thread"] if where == "thread" else [])
@@ -250,7 +252,7 @@ def test_stack_copy_follows_the_depth_of_each_launch(tmp_path, where):
         if fixed:
             assert unwind["stack_copies_hinted"] == 0
         elif where == "thread":
-            assert unwind["stack_copies_hinted"] >= len(stacks) // 2, unwind
+            assert unwind["stack_copies_hinted"] >= len(stacks) * 3 // 4, unwind
 
 
 # ---------------------------------------------------------------- python3.11 vs gdb
