@@ -1,8 +1,9 @@
 /* backlog.c - the records waiting to be handled (see backlog.h): a FIFO of
  * chunks; a record is a u32 size, u32 flags, its bytes, padding to 8.
  * Chunks are mapped with their pages populated (one fault-free call, not a
- * page fault per record as the backlog grows) and a few emptied ones are
- * kept for reuse. */
+ * page fault per record as the backlog grows), outside the lock, and
+ * emptied ones are kept for reuse as long as recent use says they may be
+ * needed again (np_backlog_trim). */
 #include "ingest/backlog.h"
 
 #include <errno.h>
@@ -10,11 +11,16 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "lib/util.h"
+
 /* A chunk holds many records (bigger for a bigger record): 4 MiB, or an
  * eighth of a smaller budget. */
 #define CHUNK_BYTES (4u << 20)
 #define MIN_CHUNK_BYTES (64u << 10)
-#define MAX_SPARE 8 /* emptied chunks kept */
+#define MIN_SPARE 8 /* emptied chunks kept however quiet the reader */
+/* Spare chunks beyond MIN_SPARE are kept while a window this long needed
+ * them: what a burst mapped is given back 5-10 s after the last such burst. */
+#define SPARE_WINDOW_NS 5000000000ull
 #define ALIGN8(n) (((n) + 7) & ~(size_t)7)
 
 struct rec_head {
@@ -33,6 +39,7 @@ void np_backlog_init(struct np_backlog *b, uint64_t budget_bytes) {
     memset(b, 0, sizeof(*b));
     pthread_mutex_init(&b->lock, NULL);
     b->budget = budget_bytes;
+    b->window_ns = np_monotonic_ns();
     b->chunk_bytes = CHUNK_BYTES;
     if (budget_bytes && budget_bytes / 8 < CHUNK_BYTES)
         b->chunk_bytes = budget_bytes / 8 > MIN_CHUNK_BYTES ? budget_bytes / 8 : MIN_CHUNK_BYTES;
@@ -54,14 +61,18 @@ void np_backlog_free(struct np_backlog *b) {
     memset(b, 0, sizeof(*b));
 }
 
-static struct np_backlog_chunk *new_chunk(struct np_backlog *b, size_t need) {
-    if (b->spare && b->spare->cap >= need) {
-        struct np_backlog_chunk *c = b->spare;
-        b->spare = c->next;
-        b->nspare--;
-        return c;
-    }
-    size_t cap = need > b->chunk_bytes ? need : b->chunk_bytes;
+/* A spare chunk with room for need bytes, or NULL; the lock is held. */
+static struct np_backlog_chunk *take_spare(struct np_backlog *b, size_t need) {
+    struct np_backlog_chunk *c = b->spare;
+    if (!c || c->cap < need)
+        return NULL;
+    b->spare = c->next;
+    b->nspare--;
+    return c;
+}
+
+/* A new chunk; the lock is not held (populating it takes milliseconds). */
+static struct np_backlog_chunk *map_chunk(size_t cap) {
     size_t len = sizeof(struct np_backlog_chunk) + cap;
     struct np_backlog_chunk *c =
         mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
@@ -72,22 +83,8 @@ static struct np_backlog_chunk *new_chunk(struct np_backlog *b, size_t need) {
     return c;
 }
 
-/* A chunk with room for need bytes at the tail (a new one appended when the
- * tail chunk is full), or NULL: over the budget (-ENOBUFS; a forced record
- * may go over) or no memory. */
-static struct np_backlog_chunk *room(struct np_backlog *b, size_t need, bool force, int *err) {
-    if (b->tail && b->tail->cap - b->tail->tail >= need)
-        return b->tail;
-    size_t cap = need > b->chunk_bytes ? need : b->chunk_bytes;
-    if (b->budget && !force && b->bytes + sizeof(struct np_backlog_chunk) + cap > b->budget) {
-        *err = -ENOBUFS;
-        return NULL;
-    }
-    struct np_backlog_chunk *c = new_chunk(b, need);
-    if (!c) {
-        *err = -ENOMEM;
-        return NULL;
-    }
+/* Appends c at the tail; the lock is held. */
+static void append_chunk(struct np_backlog *b, struct np_backlog_chunk *c) {
     c->next = NULL;
     c->head = c->tail = 0;
     if (b->tail)
@@ -100,6 +97,35 @@ static struct np_backlog_chunk *room(struct np_backlog *b, size_t need, bool for
     b->bytes += c->map_len;
     if (b->bytes > b->peak_bytes)
         b->peak_bytes = b->bytes;
+    if (++b->nchunks > b->window_peak)
+        b->window_peak = b->nchunks;
+}
+
+/* A chunk with room for need bytes at the tail (a new one appended when the
+ * tail chunk is full), or NULL: over the budget (-ENOBUFS; a forced record
+ * may go over) or no memory (-ENOMEM). Taken with the lock held, which is
+ * dropped while a chunk is mapped: only this thread appends or adds bytes,
+ * so the budget still holds when it is taken again. */
+static struct np_backlog_chunk *room(struct np_backlog *b, size_t need, bool force, int *err) {
+    if (b->tail && b->tail->cap - b->tail->tail >= need)
+        return b->tail;
+    size_t cap = need > b->chunk_bytes ? need : b->chunk_bytes;
+    if (b->budget && !force && b->bytes + sizeof(struct np_backlog_chunk) + cap > b->budget) {
+        *err = -ENOBUFS;
+        return NULL;
+    }
+    struct np_backlog_chunk *c = take_spare(b, need);
+    if (!c) {
+        pthread_mutex_unlock(&b->lock);
+        c = map_chunk(cap);
+        pthread_mutex_lock(&b->lock);
+        if (!c) {
+            *err = -ENOMEM;
+            return NULL;
+        }
+        b->mapped++;
+    }
+    append_chunk(b, c);
     return c;
 }
 
@@ -144,9 +170,10 @@ void *np_backlog_scan(struct np_backlog *b, size_t *size, uint32_t **flags) {
     return rec;
 }
 
-/* Emptied chunks at the head go (kept as spares, or unmapped) once the
- * producer has moved on from them; the scan moves on with them. */
-static void release_head(struct np_backlog *b) {
+/* Emptied chunks at the head go once the producer has moved on from them
+ * (the scan moves on with them): kept as spares, or, one bigger than the
+ * rest (a huge record's), put on *gone to be unmapped after the lock. */
+static void release_head(struct np_backlog *b, struct np_backlog_chunk **gone) {
     struct np_backlog_chunk *c;
     while ((c = b->head) && c->head == c->tail && c->next) {
         if (c == b->scan) {
@@ -156,19 +183,57 @@ static void release_head(struct np_backlog *b) {
         }
         b->head = c->next;
         b->bytes -= c->map_len;
-        if (b->nspare < MAX_SPARE && c->cap == b->chunk_bytes) {
+        b->nchunks--;
+        if (c->cap == b->chunk_bytes) {
             c->next = b->spare;
             b->spare = c;
             b->nspare++;
         } else {
-            munmap(c, c->map_len);
+            c->next = *gone;
+            *gone = c;
         }
     }
 }
 
+static void unmap_gone(struct np_backlog *b, struct np_backlog_chunk *gone) {
+    uint64_t n = 0;
+    for (struct np_backlog_chunk *c = gone; c; c = c->next)
+        n++;
+    unmap_chunks(gone);
+    if (n) {
+        pthread_mutex_lock(&b->lock);
+        b->unmapped += n;
+        pthread_mutex_unlock(&b->lock);
+    }
+}
+
+void np_backlog_trim(struct np_backlog *b) {
+    struct np_backlog_chunk *gone = NULL;
+    uint64_t now = np_monotonic_ns();
+    pthread_mutex_lock(&b->lock);
+    if (now - b->window_ns >= SPARE_WINDOW_NS) {
+        /* the window's peak, less what is in use, may be needed again */
+        uint64_t keep = b->window_peak > b->nchunks ? b->window_peak - b->nchunks : 0;
+        if (keep < MIN_SPARE)
+            keep = MIN_SPARE;
+        while (b->nspare > keep) {
+            struct np_backlog_chunk *c = b->spare;
+            b->spare = c->next;
+            b->nspare--;
+            c->next = gone;
+            gone = c;
+        }
+        b->window_ns = now;
+        b->window_peak = b->nchunks;
+    }
+    pthread_mutex_unlock(&b->lock);
+    unmap_gone(b, gone);
+}
+
 /* The record at the head, if scanned; the lock is held. */
-static const void *head_record(struct np_backlog *b, size_t *size, uint32_t *flags) {
-    release_head(b);
+static const void *head_record(struct np_backlog *b, size_t *size, uint32_t *flags,
+                               struct np_backlog_chunk **gone) {
+    release_head(b, gone);
     struct np_backlog_chunk *c = b->head;
     if (!c || b->popped >= b->scanned || c->head >= c->tail)
         return NULL;
@@ -178,34 +243,40 @@ static const void *head_record(struct np_backlog *b, size_t *size, uint32_t *fla
     return h + 1;
 }
 
-static void pop_locked(struct np_backlog *b) {
+static void pop_locked(struct np_backlog *b, struct np_backlog_chunk **gone) {
     size_t size;
     uint32_t flags;
-    if (!head_record(b, &size, &flags))
+    if (!head_record(b, &size, &flags, gone))
         return;
     b->head->head += sizeof(struct rec_head) + ALIGN8(size);
     b->popped++;
-    release_head(b);
+    release_head(b, gone);
 }
 
 const void *np_backlog_peek(struct np_backlog *b, size_t *size, uint32_t *flags) {
+    struct np_backlog_chunk *gone = NULL;
     pthread_mutex_lock(&b->lock);
-    const void *rec = head_record(b, size, flags);
+    const void *rec = head_record(b, size, flags, &gone);
     pthread_mutex_unlock(&b->lock);
+    unmap_gone(b, gone);
     return rec;
 }
 
 void np_backlog_pop(struct np_backlog *b) {
+    struct np_backlog_chunk *gone = NULL;
     pthread_mutex_lock(&b->lock);
-    pop_locked(b);
+    pop_locked(b, &gone);
     pthread_mutex_unlock(&b->lock);
+    unmap_gone(b, gone);
 }
 
 const void *np_backlog_pop_peek(struct np_backlog *b, size_t *size, uint32_t *flags) {
+    struct np_backlog_chunk *gone = NULL;
     pthread_mutex_lock(&b->lock);
-    pop_locked(b);
-    const void *rec = head_record(b, size, flags);
+    pop_locked(b, &gone);
+    const void *rec = head_record(b, size, flags, &gone);
     pthread_mutex_unlock(&b->lock);
+    unmap_gone(b, gone);
     return rec;
 }
 

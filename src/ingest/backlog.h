@@ -12,7 +12,14 @@
  * while a record is copied. The
  * consumer goes over each record twice: first as soon as it can (scan:
  * what cannot wait - new code to probe, Python code objects that may not
- * live long), then in turn (peek/pop: unwinding, symbolizing, writing). */
+ * live long), then in turn (peek/pop: unwinding, symbolizing, writing).
+ *
+ * Chunks are never mapped or unmapped under the lock: a fresh chunk's pages
+ * are zeroed by the kernel (milliseconds per chunk on a VM), and the drain
+ * thread must not wait that long for a consumer holding the lock, nor the
+ * other way round. Emptied chunks are kept for reuse up to the most that
+ * were in use in the last few seconds, so a reader that falls behind again
+ * and again reuses memory instead of faulting in fresh pages each time. */
 #ifndef NP_INGEST_BACKLOG_H
 #define NP_INGEST_BACKLOG_H
 
@@ -33,6 +40,10 @@ struct np_backlog {
     size_t scan_off;
     struct np_backlog_chunk *spare; /* emptied chunks, kept for reuse */
     uint64_t nspare;
+    uint64_t nchunks;                  /* chunks holding records now */
+    uint64_t window_peak;              /* the most chunks held since window_ns */
+    uint64_t window_ns;                /* when this window of np_backlog_trim began */
+    uint64_t mapped, unmapped;         /* chunks ever mapped and unmapped */
     uint64_t budget;                   /* most bytes of chunks held; 0: no limit */
     size_t chunk_bytes;                /* a chunk's room for records (a bigger record: more) */
     uint64_t bytes;                    /* bytes of chunks held now (spare ones excluded) */
@@ -57,6 +68,9 @@ const void *np_backlog_peek(struct np_backlog *b, size_t *size, uint32_t *flags)
 void np_backlog_pop(struct np_backlog *b);
 /* np_backlog_pop, then np_backlog_peek, under one lock. */
 const void *np_backlog_pop_peek(struct np_backlog *b, size_t *size, uint32_t *flags);
+/* Gives back the spare chunks that the last few seconds did not need
+ * (the consumer, now and then; not under the lock). */
+void np_backlog_trim(struct np_backlog *b);
 /* Records waiting now (queued, not popped). */
 uint64_t np_backlog_waiting(struct np_backlog *b);
 /* Launch records dropped so far (another thread may be dropping more). */

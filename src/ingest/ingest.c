@@ -506,6 +506,8 @@ static void scan_arrivals(struct np_ingest *in) {
 }
 
 uint64_t np_ingest_work(struct np_ingest *in, uint64_t max_ns) {
+    if (in->queue)
+        np_backlog_trim(&in->backlog);
     scan_arrivals(in);
     uint64_t deadline = max_ns ? np_monotonic_ns() + max_ns : 0;
     size_t size;

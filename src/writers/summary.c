@@ -125,6 +125,7 @@ static cJSON *reader_json(const struct np_summary *s) {
     np_json_add_u64(o, "backlog_peak_bytes", b ? b->peak_bytes : 0);
     np_json_add_u64(o, "backlog_peak_records", b ? b->peak_records : 0);
     np_json_add_u64(o, "records_queued", b ? b->queued : 0);
+    np_json_add_u64(o, "backlog_chunks_mapped", b ? b->mapped : 0);
     np_json_add_u64(o, "launches_dropped", b ? b->dropped_launches : 0);
     np_json_add_u64(o, "other_records_dropped", b ? b->dropped_other : 0);
     return o;

@@ -1197,7 +1197,8 @@ static void test_backlog(void) {
     CHECK(np_backlog_peek(&b, &size, &f) != NULL && size == 100);
     np_backlog_pop(&b);
     CHECK(np_backlog_waiting(&b) == 0 && np_backlog_peek(&b, &size, &f) == NULL);
-    CHECK(b.bytes <= (5u << 20)); /* emptied chunks went back: the tail one stays */
+    CHECK(b.bytes <= (5u << 20));           /* emptied chunks went back: the tail one stays */
+    CHECK(b.nspare > 0 && b.unmapped == 0); /* kept for the next burst */
     /* refill after emptying: still in order */
     for (int i = 0; i < 3; i++)
         CHECK(np_backlog_push(&b, &i, sizeof(i), false) == 0);
@@ -1209,10 +1210,48 @@ static void test_backlog(void) {
         CHECK(p && *p == i);
         np_backlog_pop(&b);
     }
+    /* the same burst again maps nothing new: the spares take it */
+    uint64_t mapped = b.mapped;
+    pushed = 0;
+    while (np_backlog_push(&b, rec, 5000, false) == 0)
+        pushed++;
+    CHECK(pushed > 1500 && b.mapped == mapped && b.nspare == 0);
+    while (np_backlog_scan(&b, &size, &flags)) {
+    }
+    while (np_backlog_peek(&b, &size, &f))
+        np_backlog_pop(&b);
     np_backlog_count_drop(&b, true, 5);
     np_backlog_count_drop(&b, false, 0);
     CHECK(b.dropped_launches == 1 && b.dropped_other == 1 && b.dropped_by_probe_len > 5 &&
           b.dropped_by_probe[5] == 1);
+    np_backlog_free(&b);
+}
+
+/* Spare chunks: a burst's are kept while the last few seconds needed them,
+ * then all but a few are given back (the window moved by hand here). */
+static void test_backlog_spares(void) {
+    struct np_backlog b;
+    np_backlog_init(&b, 64u << 20); /* 4 MiB chunks */
+    static uint8_t rec[4096];
+    size_t size;
+    uint32_t *flags, f;
+    while (np_backlog_push(&b, rec, sizeof(rec), false) == 0) {
+    }
+    uint64_t burst = b.nchunks;
+    CHECK(burst >= 14 && b.mapped == burst);
+    while (np_backlog_scan(&b, &size, &flags)) {
+    }
+    while (np_backlog_peek(&b, &size, &f))
+        np_backlog_pop(&b);
+    CHECK(b.nchunks == 1 && b.nspare == burst - 1 && b.unmapped == 0);
+    np_backlog_trim(&b); /* within the window: nothing goes */
+    CHECK(b.nspare == burst - 1);
+    b.window_ns -= 6000000000ull; /* the burst's window ended: it may come again */
+    np_backlog_trim(&b);
+    CHECK(b.nspare == burst - 1 && b.unmapped == 0);
+    b.window_ns -= 6000000000ull; /* a quiet window: all but 8 go */
+    np_backlog_trim(&b);
+    CHECK(b.nspare == 8 && b.unmapped == burst - 1 - 8);
     np_backlog_free(&b);
 }
 
@@ -1278,6 +1317,7 @@ static void test_backlog_threaded(void) {
 int main(void) {
     test_demangle();
     test_backlog();
+    test_backlog_spares();
     test_backlog_threaded();
     test_thunk();
     test_maps();
