@@ -98,6 +98,10 @@ struct np_thread {
     __u64 py_tstate;  /* NP_THR_PY_FOUND: its PyThreadState */
     __u64 py_checked; /* NP_THR_PY_NONE: when that was found out */
     __u64 py_hash;    /* the code objects of its last Python stack (in py_seen_stacks) */
+    /* its data-stack chunk's header as last read: {previous, size} of the
+     * chunk at py_chunk (a stale one costs a slower walk, never a wrong
+     * frame: frames are always read from memory copied at this launch) */
+    __u64 py_chunk, py_chunk_prev, py_chunk_size;
     /* the innermost live launch on the thread, to flag launches nested in it:
      * the stack pointer at its entry (its return address lives there) and
      * that return address, to tell a live activation from a stale one */
@@ -105,6 +109,8 @@ struct np_thread {
     __u32 scope_probe, scope_set;
     __u32 scope_flags; /* enum scope_flags: what became of a fast-path launch's int3 hit */
     __u32 hint_wake;   /* enum hint_wake: the reader woken for this stack top's first copy */
+    __u32 copy_paged;  /* a one-read stack copy failed: copy page by page until the hint moves */
+    __u32 pad;
     /* a thunk that was entered and is about to jump into its target probe */
     __u64 thunk_sp;
     __u32 thunk_probe, thunk_set;
@@ -403,6 +409,7 @@ static __always_inline __u64 stack_top_of(__u64 sp, __u64 pid_tgid, struct np_th
     *unneeded = hint ? *hint : 0;
     if (!hint && t->hint_wake == HINT_WAKE_NONE)
         t->hint_wake = HINT_WAKE_NOW;
+    t->copy_paged = 0; /* a new bound: try one read again */
     t->unneeded = *unneeded;
     t->hints_seen = gen + 1;
     return top;
@@ -430,7 +437,19 @@ __noinline int copy_user_stack(struct np_launch_event *e, struct np_thread *t, _
     if (len > NP_MAX_STACK_BYTES)
         len = NP_MAX_STACK_BYTES;
     __u64 chunk = NP_PAGE - (sp & (NP_PAGE - 1)); /* up to the first page boundary */
-    for (int i = 0; i <= NP_MAX_STACK_BYTES / NP_PAGE; i++) {
+    /* Across pages, one read when every page is there, as it is below a
+     * learned hint or the main thread's start_stack: each helper call costs
+     * more than its bytes (the kernel's hardened-usercopy checks on the
+     * destination). A failed read is remembered until the bound moves. */
+    bool whole = false;
+    if (len > chunk && !t->copy_paged) {
+        whole = bpf_probe_read_user(dst, len, (void *)sp) == 0;
+        if (whole)
+            copied = len;
+        else
+            t->copy_paged = 1;
+    }
+    for (int i = 0; i <= NP_MAX_STACK_BYTES / NP_PAGE && !whole; i++) {
         if (chunk > len - copied)
             chunk = len - copied;
         if (chunk == 0 || chunk > NP_PAGE || copied > NP_MAX_STACK_BYTES - NP_PAGE)
@@ -636,6 +655,22 @@ static __always_inline bool load_chunk(struct frame_walk *w, __u64 addr) {
     return true;
 }
 
+/* The thread's current chunk: its header from the thread's state when the
+ * chunk is the one seen last, else read (and kept). */
+static __always_inline void thread_chunk(struct frame_walk *w, struct np_thread *t, __u64 addr) {
+    if (addr && addr == t->py_chunk && t->py_chunk_size > w->cfg->chunk_data) {
+        w->s->chunk_lo = addr + w->cfg->chunk_data;
+        w->s->chunk_hi = addr + t->py_chunk_size;
+        w->s->chunk_prev = t->py_chunk_prev;
+        return;
+    }
+    if (!load_chunk(w, addr))
+        return;
+    t->py_chunk = addr;
+    t->py_chunk_prev = w->s->chunk_prev;
+    t->py_chunk_size = w->s->chunk_hi - addr;
+}
+
 /* Copies the chunk holding [frame, end) from end downwards - at most
  * NP_PY_BULK_BYTES, never below the chunk's start - into buf->bulk. The
  * chunk is the current one, or the one before it (the walk has left the
@@ -665,12 +700,29 @@ static __always_inline bool fill_bulk(struct frame_walk *w, __u64 frame, __u64 e
     return true;
 }
 
+/* [addr, addr + len) in the launch's native stack copy, or NULL: 3.12+'s
+ * entry shim frames live on the C stack, in their eval loop's frame. */
+static __always_inline const __u8 *in_stack_copy(struct np_launch_event *e, __u64 addr, __u32 len) {
+    __u64 off = addr - e->sp;
+    if (addr < e->sp || off > NP_MAX_STACK_BYTES - NP_PY_FRAME_READ || off + len > e->stack_len)
+        return NULL;
+    barrier_var(off);
+    return (const __u8 *)&e->data[1] + off;
+}
+
 /* The frame's first len bytes: from the bulk copy when it holds them
- * (refilled from the data stack when the frame lies there), else read on
- * their own. NULL: unreadable. */
+ * (refilled from the data stack when the frame lies there), from the
+ * native stack copy, else read on their own. NULL: unreadable. */
 static __always_inline const __u8 *frame_bytes(struct frame_walk *w, __u64 frame, __u32 len) {
     __u64 end = frame + len;
     bool held = frame >= w->s->bulk_lo && end <= w->s->bulk_hi && frame < end;
+    if (!held) {
+        const __u8 *on_stack = in_stack_copy(w->e, frame, len);
+        if (on_stack) {
+            w->s->bulk++; /* from a copy: python_frames_from_bulk_reads */
+            return on_stack;
+        }
+    }
     if (!held && !fill_bulk(w, frame, end)) {
         if (bpf_probe_read_user(w->buf->bytes, len, (void *)frame) != 0)
             return NULL;
@@ -937,7 +989,7 @@ __noinline int capture_python(struct np_launch_event *e, const struct np_py_cfg 
     if (s->frame && cfg->cframe_frame != NP_PY_NO_FIELD) /* 3.11/3.12: via tstate->cframe */
         s->frame = stack_or_user_u64(e, stack_len, s->frame + cfg->cframe_frame);
     if (s->frame && chunked)
-        load_chunk(&w, f->chunk);
+        thread_chunk(&w, t, f->chunk);
     bpf_loop(2 * NP_PY_MAX_FRAMES + 2, frame_walk_step, &w, 0);
     count_n(NP_CNT_PY_FRAMES, s->read);
     count_n(NP_CNT_PY_FRAMES_BULK, s->bulk);
@@ -1060,7 +1112,8 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
     e->outer_probe = 0;
     e->flags = 0;
     e->stack_err = 0;
-    bpf_get_current_comm(e->comm, sizeof(e->comm));
+    /* read in place: bpf_get_current_comm's copy costs more than the two loads */
+    __builtin_memcpy(e->comm, bpf_get_current_task_btf()->comm, sizeof(e->comm));
     e->sp = PT_REGS_SP(ctx);
     e->bp = PT_REGS_FP(ctx);
     e->ret_addr = 0;
