@@ -108,7 +108,7 @@ struct np_thread {
     __u64 scope_sp, scope_ret;
     __u32 scope_probe, scope_set;
     __u32 scope_flags; /* enum scope_flags: what became of a fast-path launch's int3 hit */
-    __u32 hint_wake;   /* enum hint_wake: the reader woken for this stack top's first copy */
+    __u32 hint_asked;  /* an uncut copy on this stack mapping woke the reader (emit_launch) */
     __u32 copy_paged;  /* a one-read stack copy failed: copy page by page until the hint moves */
     __u32 pad;
     /* a thunk that was entered and is about to jump into its target probe */
@@ -123,16 +123,6 @@ struct np_thread {
 enum scope_flags {
     SCOPE_SENT = 1u << 0,     /* the int3 hit of a fast-path probe sent the launch record */
     SCOPE_CONSUMED = 1u << 1, /* a marker has decided for this call */
-};
-
-/* A thread's first launch on a stack mapping with no stack_hints entry
- * wakes the reader at once, so the hint that cuts its later copies is
- * learned from that launch, not after the next batch or poll (100 ms of
- * full-size copies on a thread launching flat out). */
-enum hint_wake {
-    HINT_WAKE_NONE = 0, /* not asked for this stack top */
-    HINT_WAKE_NOW = 1,  /* this launch asks: emit_launch wakes the reader */
-    HINT_WAKE_SENT = 2, /* asked; learned or not, never again for this top */
 };
 
 #define NP_THR_PY_UNKNOWN 0
@@ -170,7 +160,7 @@ static __always_inline struct np_thread *this_thread(void) {
     t = bpf_map_lookup_elem(&thread_standin, &zero);
     if (t) {
         __builtin_memset(t, 0, sizeof(*t));
-        t->hint_wake = HINT_WAKE_SENT; /* it would ask at every launch */
+        t->hint_asked = 1; /* it would ask at every launch */
     }
     return t;
 }
@@ -395,7 +385,7 @@ static __always_inline __u64 stack_top_of(__u64 sp, __u64 pid_tgid, struct np_th
         t->vma_hi = b.end;
         t->top = top;
         t->hints_seen = 0;
-        t->hint_wake = HINT_WAKE_NONE;
+        t->hint_asked = 0;
     }
     __u32 gen = hints_gen;
     if (t->hints_seen == gen + 1) {
@@ -407,8 +397,6 @@ static __always_inline __u64 stack_top_of(__u64 sp, __u64 pid_tgid, struct np_th
     struct np_stack_hint_key hk = {.pid = pid_tgid >> 32, .tid = (__u32)pid_tgid, .stack_top = top};
     __u32 *hint = bpf_map_lookup_elem(&stack_hints, &hk);
     *unneeded = hint ? *hint : 0;
-    if (!hint && t->hint_wake == HINT_WAKE_NONE)
-        t->hint_wake = HINT_WAKE_NOW;
     t->copy_paged = 0; /* a new bound: try one read again */
     t->unneeded = *unneeded;
     t->hints_seen = gen + 1;
@@ -632,6 +620,18 @@ static __always_inline __u64 find_thread_state(const struct np_py_cfg *cfg, stru
     return w.found;
 }
 
+/* [addr, addr + len) in the launch's native stack copy, or NULL: user
+ * memory the copy already holds (3.11/3.12's _PyCFrame and 3.12+'s entry
+ * shim frames are locals of an eval loop's C frame). len <=
+ * NP_PY_FRAME_READ, which callers may read up to. */
+static __always_inline const __u8 *in_stack_copy(struct np_launch_event *e, __u64 addr, __u32 len) {
+    __u64 off = addr - e->sp;
+    if (addr < e->sp || off > NP_MAX_STACK_BYTES - NP_PY_FRAME_READ || off + len > e->stack_len)
+        return NULL;
+    barrier_var(off);
+    return (const __u8 *)&e->data[1] + off;
+}
+
 /* bpf_loop's context for the walk: on capture_python's stack, which keeps
  * the pointers' types; the walk's scalars are in buf->walk (s). */
 struct frame_walk {
@@ -700,16 +700,6 @@ static __always_inline bool fill_bulk(struct frame_walk *w, __u64 frame, __u64 e
     return true;
 }
 
-/* [addr, addr + len) in the launch's native stack copy, or NULL: 3.12+'s
- * entry shim frames live on the C stack, in their eval loop's frame. */
-static __always_inline const __u8 *in_stack_copy(struct np_launch_event *e, __u64 addr, __u32 len) {
-    __u64 off = addr - e->sp;
-    if (addr < e->sp || off > NP_MAX_STACK_BYTES - NP_PY_FRAME_READ || off + len > e->stack_len)
-        return NULL;
-    barrier_var(off);
-    return (const __u8 *)&e->data[1] + off;
-}
-
 /* The frame's first len bytes: from the bulk copy when it holds them
  * (refilled from the data stack when the frame lies there), from the
  * native stack copy, else read on their own. NULL: unreadable. */
@@ -722,11 +712,11 @@ static __always_inline const __u8 *frame_bytes(struct frame_walk *w, __u64 frame
             w->s->bulk++; /* from a copy: python_frames_from_bulk_reads */
             return on_stack;
         }
-    }
-    if (!held && !fill_bulk(w, frame, end)) {
-        if (bpf_probe_read_user(w->buf->bytes, len, (void *)frame) != 0)
-            return NULL;
-        return w->buf->bytes;
+        if (!fill_bulk(w, frame, end)) {
+            if (bpf_probe_read_user(w->buf->bytes, len, (void *)frame) != 0)
+                return NULL;
+            return w->buf->bytes;
+        }
     }
     __u64 off = (frame - w->s->bulk_lo) & (NP_PY_BULK_BYTES - 1);
     barrier_var(off);
@@ -935,14 +925,9 @@ static __always_inline bool read_tstate(const struct np_py_cfg *cfg, struct py_f
 
 /* 8 bytes of user memory at addr, from the launch's stack copy when they lie
  * in it (3.11/3.12's _PyCFrame is a local of the innermost eval loop). */
-static __always_inline __u64 stack_or_user_u64(struct np_launch_event *e, __u32 stack_len,
-                                               __u64 addr) {
-    __u64 off = addr - e->sp;
-    if (addr >= e->sp && off + 8 <= stack_len && off <= NP_MAX_STACK_BYTES - 8) {
-        barrier_var(off);
-        return *(const __u64 *)((const __u8 *)&e->data[1] + off);
-    }
-    return read_user_u64(addr);
+static __always_inline __u64 stack_or_user_u64(struct np_launch_event *e, __u64 addr) {
+    const __u8 *held = in_stack_copy(e, addr, sizeof(__u64));
+    return held ? *(const __u64 *)held : read_user_u64(addr);
 }
 
 /* Appends the thread's Python frames to e, after its stack (e->n_py).
@@ -987,7 +972,7 @@ __noinline int capture_python(struct np_launch_event *e, const struct np_py_cfg 
     s->frame = f->frame;
     struct frame_walk w = {.e = e, .cfg = cfg, .buf = buf, .s = s};
     if (s->frame && cfg->cframe_frame != NP_PY_NO_FIELD) /* 3.11/3.12: via tstate->cframe */
-        s->frame = stack_or_user_u64(e, stack_len, s->frame + cfg->cframe_frame);
+        s->frame = stack_or_user_u64(e, s->frame + cfg->cframe_frame);
     if (s->frame && chunked)
         thread_chunk(&w, t, f->chunk);
     bpf_loop(2 * NP_PY_MAX_FRAMES + 2, frame_walk_step, &w, 0);
@@ -1174,7 +1159,13 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
     barrier_var(size); /* keep the bounded register for the verifier */
     fill_header(&e->hdr, NP_EV_LAUNCH, size, pid_tgid, ts);
 
-    bool wake_now = (e->flags & NP_LF_PY_NEW) || t->hint_wake == HINT_WAKE_NOW;
+    /* A stack copy no hint cut wakes the reader at once, once per thread
+     * and stack mapping: the hint that cuts the thread's later copies is
+     * learned from it, not after the next batch or poll (100 ms of
+     * full-size copies on a thread launching flat out). */
+    bool ask_hint =
+        (e->flags & NP_LF_STACK_COPY) && !(e->flags & NP_LF_STACK_HINTED) && !t->hint_asked;
+    bool wake_now = (e->flags & NP_LF_PY_NEW) || ask_hint;
     __u64 wake = wake_now ? BPF_RB_FORCE_WAKEUP : wakeup_flag(size);
     if (bpf_ringbuf_output(&events, e, size, wake) != 0) {
         count(NP_CNT_LAUNCH_DROPPED);
@@ -1182,8 +1173,8 @@ static __always_inline int emit_launch(struct pt_regs *ctx, const struct np_prob
         return 0;
     }
     count(NP_CNT_LAUNCH_SENT);
-    if (t->hint_wake == HINT_WAKE_NOW)
-        t->hint_wake = HINT_WAKE_SENT;
+    if (ask_hint)
+        t->hint_asked = 1;
     if (fast)
         count(NP_CNT_FAST_LAUNCHES);
     return 0;

@@ -191,19 +191,8 @@ static void release_head(struct np_backlog *b, struct np_backlog_chunk **gone) {
         } else {
             c->next = *gone;
             *gone = c;
+            b->unmapped++;
         }
-    }
-}
-
-static void unmap_gone(struct np_backlog *b, struct np_backlog_chunk *gone) {
-    uint64_t n = 0;
-    for (struct np_backlog_chunk *c = gone; c; c = c->next)
-        n++;
-    unmap_chunks(gone);
-    if (n) {
-        pthread_mutex_lock(&b->lock);
-        b->unmapped += n;
-        pthread_mutex_unlock(&b->lock);
     }
 }
 
@@ -217,17 +206,16 @@ void np_backlog_trim(struct np_backlog *b) {
         if (keep < MIN_SPARE)
             keep = MIN_SPARE;
         while (b->nspare > keep) {
-            struct np_backlog_chunk *c = b->spare;
-            b->spare = c->next;
-            b->nspare--;
+            struct np_backlog_chunk *c = take_spare(b, 0);
             c->next = gone;
             gone = c;
+            b->unmapped++;
         }
         b->window_ns = now;
         b->window_peak = b->nchunks;
     }
     pthread_mutex_unlock(&b->lock);
-    unmap_gone(b, gone);
+    unmap_chunks(gone);
 }
 
 /* The record at the head, if scanned; the lock is held. */
@@ -258,7 +246,7 @@ const void *np_backlog_peek(struct np_backlog *b, size_t *size, uint32_t *flags)
     pthread_mutex_lock(&b->lock);
     const void *rec = head_record(b, size, flags, &gone);
     pthread_mutex_unlock(&b->lock);
-    unmap_gone(b, gone);
+    unmap_chunks(gone);
     return rec;
 }
 
@@ -267,7 +255,7 @@ void np_backlog_pop(struct np_backlog *b) {
     pthread_mutex_lock(&b->lock);
     pop_locked(b, &gone);
     pthread_mutex_unlock(&b->lock);
-    unmap_gone(b, gone);
+    unmap_chunks(gone);
 }
 
 const void *np_backlog_pop_peek(struct np_backlog *b, size_t *size, uint32_t *flags) {
@@ -276,7 +264,7 @@ const void *np_backlog_pop_peek(struct np_backlog *b, size_t *size, uint32_t *fl
     pop_locked(b, &gone);
     const void *rec = head_record(b, size, flags, &gone);
     pthread_mutex_unlock(&b->lock);
-    unmap_gone(b, gone);
+    unmap_chunks(gone);
     return rec;
 }
 

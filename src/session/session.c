@@ -59,20 +59,20 @@ static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list 
     return vfprintf(stderr, fmt, ap);
 }
 
-/* Opens and loads the BPF object; with_multi loads the uprobe_multi copies
- * of the programs too (Linux 6.6+). */
 /* How full the ring gets before BPF wakes the reader: --wakeup-kb, or
  * (auto) an eighth of the ring. Each wake-up costs the launching thread an
  * interrupt and the reader two thread switches (the drain thread, then the
  * session's); in batches of 8 MiB the reader spent 1.8x less CPU per record
  * than in batches of 256 KiB (bench/results-reader.md), and seven eighths
  * of the ring are still free when it wakes. */
-static uint64_t wakeup_bytes_of(const struct np_settings *opt) {
+static uint64_t wakeup_bytes_of(const struct np_settings *opt, uint64_t ring_bytes) {
     if (opt->wakeup_kb >= 0)
         return (uint64_t)opt->wakeup_kb * 1024;
-    return ((uint64_t)opt->ring_mb << 20) / 8;
+    return ring_bytes / 8;
 }
 
+/* Opens and loads the BPF object; with_multi loads the uprobe_multi copies
+ * of the programs too (Linux 6.6+). */
 static int load_bpf(struct np_session *s, bool with_multi) {
     char btf[4096];
     LIBBPF_OPTS(bpf_object_open_opts, open_opts);
@@ -92,13 +92,14 @@ static int load_bpf(struct np_session *s, bool with_multi) {
         else
             bpf_program__set_autoload(multi[i], false);
     }
-    s->wakeup_bytes = wakeup_bytes_of(&s->opt);
+    uint64_t ring_bytes = (uint64_t)s->opt.ring_mb << 20;
+    bpf_map__set_max_entries(s->skel->maps.events, (__u32)ring_bytes);
+    s->wakeup_bytes = wakeup_bytes_of(&s->opt, ring_bytes);
     s->skel->rodata->wakeup_bytes = s->wakeup_bytes;
     s->skel->rodata->stack_bytes = s->opt.unwind == UNWIND_FP ? 0 : (__u32)s->opt.stack_bytes;
     int ncpus = libbpf_num_possible_cpus();
     if (ncpus > 0)
         bpf_map__set_max_entries(s->skel->maps.launch_scratch, (__u32)ncpus);
-    bpf_map__set_max_entries(s->skel->maps.events, (__u32)(s->opt.ring_mb << 20));
     int err = ncclprobe_bpf__load(s->skel);
     if (err) {
         ncclprobe_bpf__destroy(s->skel);

@@ -52,7 +52,7 @@ int np_session_write_summary(struct np_session *s, const char *path) {
             .counters = counters,
             .ingest = &s->ingest.stats,
             .backlog = s->ingest.queue ? &s->ingest.backlog : NULL,
-            .ring_bytes = (uint64_t)s->opt.ring_mb << 20,
+            .ring_bytes = bpf_map__max_entries(s->skel->maps.events),
             .wakeup_bytes = s->wakeup_bytes,
             .unwind = s->opt.unwind == UNWIND_FP ? NULL : &s->ingest.unwind,
             .unwind_mode = unwind_mode_name(s->opt.unwind),
