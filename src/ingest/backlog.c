@@ -17,7 +17,10 @@
  * eighth of a smaller budget. */
 #define CHUNK_BYTES (4u << 20)
 #define MIN_CHUNK_BYTES (64u << 10)
-#define MIN_SPARE 8 /* emptied chunks kept however quiet the reader */
+/* Emptied chunks kept however quiet the reader: a burst's are kept by the
+ * window below, so a quiet daemon holds 8 MiB, not the 32 MiB the fixed
+ * 8 spares of before held forever after one burst. */
+#define MIN_SPARE 2
 /* Spare chunks beyond MIN_SPARE are kept while a window this long needed
  * them: what a burst mapped is given back 5-10 s after the last such burst. */
 #define SPARE_WINDOW_NS 5000000000ull
