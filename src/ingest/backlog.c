@@ -271,6 +271,31 @@ const void *np_backlog_pop_peek(struct np_backlog *b, size_t *size, uint32_t *fl
     return rec;
 }
 
+void np_backlog_ahead_start(struct np_backlog *b, struct np_backlog_cursor *cur) {
+    pthread_mutex_lock(&b->lock);
+    cur->chunk = b->head;
+    cur->off = b->head ? b->head->head : 0;
+    cur->n = 0;
+    pthread_mutex_unlock(&b->lock);
+}
+
+const void *np_backlog_ahead(struct np_backlog *b, struct np_backlog_cursor *cur, size_t *size,
+                             uint32_t *flags) {
+    const struct rec_head *h = NULL;
+    pthread_mutex_lock(&b->lock);
+    if (b->popped + cur->n < b->scanned) {   /* so the record is there, below the scan */
+        while (cur->off >= cur->chunk->tail) /* a chunk's records start at 0 past the head's */
+            cur->chunk = cur->chunk->next, cur->off = 0;
+        h = (const struct rec_head *)(cur->chunk->data + cur->off);
+        cur->off += sizeof(*h) + ALIGN8((size_t)h->size);
+        cur->n++;
+        *size = h->size;
+        *flags = h->flags;
+    }
+    pthread_mutex_unlock(&b->lock);
+    return h ? h + 1 : NULL;
+}
+
 uint64_t np_backlog_waiting(struct np_backlog *b) {
     pthread_mutex_lock(&b->lock);
     uint64_t n = b->queued - b->popped;

@@ -68,6 +68,19 @@ const void *np_backlog_peek(struct np_backlog *b, size_t *size, uint32_t *flags)
 void np_backlog_pop(struct np_backlog *b);
 /* np_backlog_pop, then np_backlog_peek, under one lock. */
 const void *np_backlog_pop_peek(struct np_backlog *b, size_t *size, uint32_t *flags);
+/* A place in the backlog, to look at the records after the head without
+ * popping them (the consumer hands them to worker threads ahead of turn). */
+struct np_backlog_cursor {
+    struct np_backlog_chunk *chunk;
+    size_t off;
+    uint64_t n; /* records passed */
+};
+/* Puts *cur at the oldest record not popped. */
+void np_backlog_ahead_start(struct np_backlog *b, struct np_backlog_cursor *cur);
+/* The record at *cur, which then moves on; NULL past the last record
+ * scanned. Valid until popped: nothing may be popped while *cur is used. */
+const void *np_backlog_ahead(struct np_backlog *b, struct np_backlog_cursor *cur, size_t *size,
+                             uint32_t *flags);
 /* Gives back the spare chunks that the last few seconds did not need
  * (the consumer, now and then; not under the lock). */
 void np_backlog_trim(struct np_backlog *b);

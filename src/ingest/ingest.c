@@ -1,4 +1,6 @@
-/* ingest.c - record validation, decoding and hand-off (see ingest.h). */
+/* ingest.c - record validation, decoding and hand-off (see ingest.h), and
+ * the batches whose stacks worker threads build ahead of turn ("Worker
+ * threads" below). */
 #define _GNU_SOURCE
 #include "ingest/ingest.h"
 
@@ -11,11 +13,30 @@
 #include "attach/attach.h"
 #include "ingest/launch.h"
 #include "ingest/nccl_plan.h"
+#include "ingest/workers.h"
 #include "lib/hashmap.h"
 #include "lib/util.h"
 #include "ncclprobe/events.h"
 #include "symbolize/pycode.h"
 #include "symbolize/symbolize.h"
+
+/* Records looked ahead per batch: enough to keep the workers busy while
+ * this thread writes, few enough that a batch takes a few milliseconds. */
+#define BATCH_RECORDS 256
+
+/* A launch's stack, built by a worker thread ("Worker threads" below). */
+struct stack_job {
+    struct np_job job;
+    struct np_ingest *in;
+    struct np_ingest_proc *p;
+    const struct np_launch_event *e; /* the record, in the backlog */
+    const char *entry_name;
+    uint64_t entry_pc;           /* a launch taken at the CUPTI marker: the function called, */
+    const char *launch_lib;      /* its library */
+    bool pinned;                 /* not the process's first job of the batch */
+    uint64_t ret_addr;           /* out: at the marker, the launch API's caller */
+    struct np_stack_texts texts; /* out */
+};
 
 void np_ingest_settle(struct np_ingest *in) {
     in->stats.nccl_plans_unclaimed += in->nccl_pending.count;
@@ -25,7 +46,12 @@ void np_ingest_settle(struct np_ingest *in) {
     np_map_init(&in->fast_awaiting);
 }
 
+static void free_jobs(struct np_ingest *in);
+
 void np_ingest_free(struct np_ingest *in) {
+    np_workers_stop(in->workers);
+    in->workers = NULL;
+    free_jobs(in);
     np_ingest_settle(in);
     np_stack_hints_free(&in->hints);
     np_str_free(&in->stack.folded);
@@ -238,19 +264,37 @@ static void add_nccl_comm_id(const struct np_probe_site *site, struct np_launch 
  * params bytes, the return address the launch API's caller's - with its
  * stack unwound and cut (np_ingest_unwind_at_marker). NULL: not a launch
  * the fast path knows. */
+/* The fixed part of such a launch with its arguments rebuilt (*out), not
+ * yet its return address; false: not a launch the fast path knows. */
+static bool at_marker_args(const struct np_launch_event *e, const struct np_probe_site *called,
+                           struct np_launch_event *out) {
+    const struct np_fast_def *f = np_fast_def_by_symbol(called->def->symbol);
+    if (!f || !(e->flags & NP_LF_STACK_COPY))
+        return false;
+    memcpy(out, e, NP_LAUNCH_FIXED_SIZE);
+    np_fast_regs_from_params(f, out->args, out->stack_args);
+    return true;
+}
+
+/* The library of the launch function a site probes (NULL: not known). */
+static const char *site_library(struct np_ingest_proc *p, const struct np_probe_site *site) {
+    return site->lib_index < p->process->nlibs ? p->process->libs[site->lib_index].path : NULL;
+}
+
 static const struct np_launch_event *at_marker_fixed(struct np_ingest *in, struct np_ingest_proc *p,
                                                      const struct np_launch_event *e,
                                                      const struct np_probe_site *site,
                                                      const struct np_probe_site *called) {
-    static struct np_launch_event fixed; /* only the fixed part is used; one thread ingests */
-    const struct np_fast_def *f = np_fast_def_by_symbol(called->def->symbol);
-    if (!f || !(e->flags & NP_LF_STACK_COPY))
+    static struct np_launch_event fixed; /* only the fixed part is used; one thread handles */
+    if (!at_marker_args(e, called, &fixed))
         return NULL;
-    memcpy(&fixed, e, NP_LAUNCH_FIXED_SIZE);
-    np_fast_regs_from_params(f, fixed.args, fixed.stack_args);
-    const char *lib =
-        site->lib_index < p->process->nlibs ? p->process->libs[site->lib_index].path : NULL;
-    fixed.ret_addr = np_ingest_unwind_at_marker(in, p, e, called->addr, lib);
+    if (in->current_job) { /* unwound by a worker */
+        fixed.ret_addr = in->current_job->ret_addr;
+        return &fixed;
+    }
+    if (in->workers) /* one may be using the process */
+        np_workers_wait_all(in->workers);
+    fixed.ret_addr = np_ingest_unwind_at_marker(in, p, e, called->addr, site_library(p, site));
     return &fixed;
 }
 
@@ -278,18 +322,51 @@ static void launch_arrived(struct np_ingest *in, const struct np_launch_event *e
         in->ops->new_mapping(in, p, e->hdr.ts_ns);
 }
 
+/* The process and probe sites of a launch record; NULL when we do not know
+ * them (the process is gone, or a probe id reused since it was sent). */
+static struct np_ingest_proc *launch_source(struct np_ingest *in, const struct np_launch_event *e,
+                                            const struct np_probe_site **site,
+                                            const struct np_probe_site **called) {
+    struct np_ingest_proc *p = in->ops->find(in, (pid_t)e->hdr.pid);
+    /* Looked up only now: attaching (at its arrival) can grow the site array. */
+    *site = np_attacher_site(in->attacher, e->probe_id);
+    *called = np_attacher_site(in->attacher, e->called_as);
+    pid_t pid = p ? p->process->pid : -1;
+    if (!*site || !*called || !p || (*site)->pid != pid || (*called)->pid != pid)
+        return NULL;
+    return p;
+}
+
+/* Whether a decoded launch of p is handed on now: recorded, or going into
+ * a graph being captured (whose replays may be recorded). */
+static bool launch_wanted(struct np_ingest *in, struct np_ingest_proc *p,
+                          const struct np_launch *l) {
+    return !in->ops->recording || in->ops->recording(in, p) ||
+           (in->ops->captured && in->ops->captured(in, p, l));
+}
+
+/* The texts of e's stack: its job's, or built here (after every job out:
+ * a worker may be using the process). */
+static struct np_stack_texts *launch_stack(struct np_ingest *in, struct np_ingest_proc *p,
+                                           const struct np_launch_event *e,
+                                           const char *entry_name) {
+    if (in->current_job)
+        return &in->current_job->texts;
+    if (in->workers)
+        np_workers_wait_all(in->workers);
+    np_ingest_build_stack(in, p, e, entry_name, false, &in->stack);
+    return &in->stack;
+}
+
 static void handle_launch(struct np_ingest *in, const struct np_launch_event *e, size_t size) {
     if (launch_malformed(e, size)) {
         in->stats.malformed++;
         return;
     }
-    struct np_ingest_proc *p = in->ops->find(in, (pid_t)e->hdr.pid);
-    /* Looked up only now: attaching (at its arrival) can grow the site array. */
-    const struct np_probe_site *site = np_attacher_site(in->attacher, e->probe_id);
-    const struct np_probe_site *called = np_attacher_site(in->attacher, e->called_as);
-    pid_t pid = p ? p->process->pid : -1;
-    if (!site || !called || !p || site->pid != pid || called->pid != pid) {
-        in->stats.unknown_source++; /* also: a probe id reused since the record was sent */
+    const struct np_probe_site *site, *called;
+    struct np_ingest_proc *p = launch_source(in, e, &site, &called);
+    if (!p) {
+        in->stats.unknown_source++;
         return;
     }
     const struct np_launch_event *raw = e;
@@ -314,10 +391,7 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
     if (plan && plan->has_stream)
         l.stream = plan->stream;
     l.nested = really_nested(in, p, e);
-    /* A launch into a graph being captured is kept even when nothing is
-     * recorded now: the graph's replays may be. */
-    if (in->ops->recording && !in->ops->recording(in, p) &&
-        !(in->ops->captured && in->ops->captured(in, p, &l))) {
+    if (!launch_wanted(in, p, &l)) {
         in->stats.not_recorded++;
         free(plan);
         return;
@@ -336,7 +410,8 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
     /* Via a thunk, ips[0] is the thunk's target: name the function called
      * (also what names the entry when there is no symbolizer). */
     bool name_entry = (e->flags & NP_LF_VIA_THUNK) || !p->sym;
-    np_ingest_build_stack(in, p, raw, name_entry ? called->def->symbol : NULL, &in->stack);
+    struct np_stack_texts *stack =
+        launch_stack(in, p, raw, name_entry ? called->def->symbol : NULL);
 
     if (l.is_nccl_op) {
         add_nccl_comm_id(called, &l);
@@ -346,7 +421,7 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
         if (l.nccl_internal)
             in->stats.nccl_internal_calls++;
     }
-    in->ops->launch(in, p, &l, &in->stack);
+    in->ops->launch(in, p, &l, stack);
     free(plan);
     if (e->flags & NP_LF_AT_MARKER) { /* its correlation id, as its marker would have said */
         in->stats.fast_launches++;
@@ -505,11 +580,160 @@ static void scan_arrivals(struct np_ingest *in) {
     }
 }
 
+/* ---- Worker threads -------------------------------------------------------
+ *
+ * With workers (np_ingest_set_workers), the stacks of queued launches are
+ * built ahead of their turn. np_ingest_work looks a batch of records ahead
+ * in the backlog and gives each launch that will want a stack to the
+ * worker of its process: all of a process's launches go to one worker, in
+ * order, since its unwinder, stack-text cache and code objects are used by
+ * one thread at a time. Then it handles the batch's records in order on
+ * this thread, as without workers, each launch taking its stack from its
+ * job. While a batch runs:
+ * - a worker touches only its job's process (the unwinder, the stack-text
+ *   cache, pinned after the process's first job of the batch so that texts
+ *   handed out stay valid, the code objects), the ingest-wide unwind
+ *   statistics and stack hints under learn_lock, and symbolizers through
+ *   their own lock;
+ * - this thread touches a process only through its symbolizer (its lock):
+ *   what changes a process (a library load, code objects read, its stack
+ *   cache forgotten) happens between batches, in scan_arrivals, or once
+ *   np_ingest_work has returned, when no job is out;
+ * - a record is popped only once its job has run.
+ * A launch that wants a stack but got no job (its recording state changed
+ * since the look ahead) waits for every job out and builds it here. */
+
+static void run_stack_job(struct np_job *job) {
+    struct stack_job *j = np_container_of(job, struct stack_job, job);
+    if (j->e->flags & NP_LF_AT_MARKER)
+        j->ret_addr = np_ingest_unwind_at_marker(j->in, j->p, j->e, j->entry_pc, j->launch_lib);
+    np_ingest_build_stack(j->in, j->p, j->e, j->entry_name, j->pinned, &j->texts);
+}
+
+static void free_jobs(struct np_ingest *in) {
+    for (size_t i = 0; in->jobs && i < BATCH_RECORDS; i++) {
+        np_str_free(&in->jobs[i].texts.folded);
+        np_str_free(&in->jobs[i].texts.detailed);
+        np_str_free(&in->jobs[i].texts.locations);
+    }
+    free(in->jobs);
+    in->jobs = NULL;
+    in->njobs = in->next_job = 0;
+}
+
+int np_ingest_set_workers(struct np_ingest *in, unsigned n) {
+    if (n == 0)
+        return 0;
+    if (!in->queue)
+        return -EINVAL; /* records are handled as they are read: nothing to look ahead at */
+    in->jobs = calloc(BATCH_RECORDS, sizeof(*in->jobs));
+    if (!in->jobs)
+        return -ENOMEM;
+    int err = np_workers_start(n, &in->workers);
+    if (err)
+        free_jobs(in);
+    return err;
+}
+
+unsigned np_ingest_workers(const struct np_ingest *in) {
+    return in->workers ? np_workers_count(in->workers) : 0;
+}
+
+uint64_t np_ingest_worker_jobs(struct np_ingest *in, unsigned i) {
+    return i < np_ingest_workers(in) ? np_workers_jobs_run(in->workers, i) : 0;
+}
+
+/* Whether this queued record is a launch that will want its stack, as far
+ * as can be told before its turn; fills in its job's inputs. */
+static bool job_for(struct np_ingest *in, const void *rec, size_t size, struct stack_job *j) {
+    const struct np_event_header *h = rec;
+    if (size < sizeof(*h) || h->version != NP_EVENT_VERSION || h->size > size ||
+        h->type != NP_EV_LAUNCH || launch_malformed(rec, h->size))
+        return false;
+    const struct np_launch_event *e = rec;
+    const struct np_probe_site *site, *called;
+    struct np_ingest_proc *p = launch_source(in, e, &site, &called);
+    struct np_launch_event args;
+    if (!p || ((e->flags & NP_LF_AT_MARKER) && !at_marker_args(e, called, &args)))
+        return false;
+    struct np_launch l;
+    np_launch_decode(e->flags & NP_LF_AT_MARKER ? &args : e, called->def, &l);
+    if (!launch_wanted(in, p, &l))
+        return false;
+    j->job.run = run_stack_job;
+    j->in = in;
+    j->p = p;
+    j->e = e;
+    j->entry_name = (e->flags & NP_LF_VIA_THUNK) || !p->sym ? called->def->symbol : NULL;
+    j->entry_pc = called->addr;
+    j->launch_lib = site_library(p, site);
+    j->pinned = p->batch == in->batch; /* an earlier job of this batch may hand out texts */
+    p->batch = in->batch;
+    return true;
+}
+
+/* Gives the next records' launches to the workers; returns how many
+ * records the batch holds (0: none waits). */
+static size_t start_batch(struct np_ingest *in) {
+    struct np_backlog_cursor cur;
+    size_t size, n = 0;
+    uint32_t flags;
+    const void *rec;
+    in->njobs = in->next_job = 0;
+    in->batch++;
+    np_backlog_ahead_start(&in->backlog, &cur);
+    while (n < BATCH_RECORDS && (rec = np_backlog_ahead(&in->backlog, &cur, &size, &flags))) {
+        n++;
+        struct stack_job *j = &in->jobs[in->njobs];
+        if (!(flags & NP_BACKLOG_DONE) && job_for(in, rec, size, j)) {
+            np_workers_submit(in->workers, (uint64_t)j->p->process->pid, &j->job);
+            in->njobs++;
+        }
+    }
+    return n;
+}
+
+/* The job of the record whose turn it is, once it has run; NULL: none. */
+static struct stack_job *job_of(struct np_ingest *in, const void *rec) {
+    if (in->next_job >= in->njobs || in->jobs[in->next_job].e != rec)
+        return NULL;
+    struct stack_job *j = &in->jobs[in->next_job++];
+    np_workers_wait(in->workers, (uint64_t)j->p->process->pid, &j->job);
+    return j;
+}
+
+/* np_ingest_work with workers: batch after batch, until the deadline. */
+static void work_in_batches(struct np_ingest *in, uint64_t deadline) {
+    size_t n;
+    while ((n = start_batch(in)) > 0) {
+        size_t size;
+        uint32_t flags;
+        const void *rec = np_backlog_peek(&in->backlog, &size, &flags);
+        for (size_t i = 0; i < n && rec; i++) {
+            in->current_job = job_of(in, rec);
+            if (!(flags & NP_BACKLOG_DONE))
+                dispatch(in, (void *)rec, size);
+            in->current_job = NULL;
+            rec = i + 1 < n ? np_backlog_pop_peek(&in->backlog, &size, &flags)
+                            : (np_backlog_pop(&in->backlog), NULL);
+        }
+        np_workers_wait_all(in->workers); /* a record handled early left its job out */
+        in->njobs = in->next_job = 0;
+        scan_arrivals(in);
+        if (deadline && np_monotonic_ns() >= deadline)
+            break;
+    }
+}
+
 uint64_t np_ingest_work(struct np_ingest *in, uint64_t max_ns) {
     if (in->queue)
         np_backlog_trim(&in->backlog);
     scan_arrivals(in);
     uint64_t deadline = max_ns ? np_monotonic_ns() + max_ns : 0;
+    if (in->workers) {
+        work_in_batches(in, deadline);
+        return np_backlog_waiting(&in->backlog);
+    }
     size_t size;
     uint32_t flags;
     const void *rec;

@@ -10,6 +10,7 @@
 #define NP_INGEST_H
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -32,6 +33,8 @@ struct np_launch;
 struct np_handle_event;
 struct np_marker_event;
 struct np_graph_event;
+struct np_workers;
+struct stack_job;
 
 struct np_ingest_stats {
     uint64_t launch_events; /* launch + NCCL API records received */
@@ -107,6 +110,7 @@ struct np_ingest_proc {
     struct np_pycode *pycode;     /* reads its code objects (Python frames -> file:line) */
     struct np_map stack_texts;    /* hash of a PC sequence -> its folded text */
     uint64_t stack_text_bytes;    /* ... and the bytes it holds */
+    uint64_t batch;               /* the last batch of records it had a stack job in */
 };
 
 /* Drops the cached stack texts (a library was loaded: names may change). */
@@ -159,8 +163,19 @@ struct np_ingest {
      * (a marker the fast path turned into a launch record is that marker) */
     struct np_map fast_awaiting;
     struct np_ingest_stats stats;
+    /* unwind and hints are updated by worker threads too, under learn_lock
+     * (a zeroed mutex is an unlocked one) */
+    pthread_mutex_t learn_lock;
     struct np_unwind_stats unwind;
     struct np_stack_hints hints; /* how much stack BPF copies (stack_hints.h) */
+    /* Worker threads building stacks ahead of turn (NULL: none; see
+     * "Worker threads" in ingest.c), and the jobs of the batch of records
+     * np_ingest_work hands them, in record order. */
+    struct np_workers *workers;
+    struct stack_job *jobs;
+    size_t njobs, next_job;
+    uint64_t batch;                /* batches started */
+    struct stack_job *current_job; /* the job of the record being handled, or NULL */
 };
 
 /* libbpf ring_buffer sample callback; ctx is a struct np_ingest. With
@@ -170,6 +185,13 @@ int np_ingest_record(void *ctx, void *data, size_t size);
 /* Sets the backlog up: records wait there, up to budget_bytes of memory
  * (0: no backlog, records are handled as they are read). */
 void np_ingest_set_backlog(struct np_ingest *in, uint64_t budget_bytes);
+/* Starts n worker threads that build the stacks of queued records (with a
+ * backlog only; 0: none, stacks are built on the caller's thread).
+ * Negative errno when they cannot be started. */
+int np_ingest_set_workers(struct np_ingest *in, unsigned n);
+/* Worker threads started (0: none), and the stacks worker i built. */
+unsigned np_ingest_workers(const struct np_ingest *in);
+uint64_t np_ingest_worker_jobs(struct np_ingest *in, unsigned i);
 /* First does, for every record queued since, what cannot wait: a library
  * load (new code to probe), the code objects of Python stacks not seen
  * before (they may not live long), the first record of a process we
@@ -181,9 +203,6 @@ void np_ingest_free(struct np_ingest *in);
  * launch record was lost), counting it; before the summary is written. */
 void np_ingest_settle(struct np_ingest *in);
 
-/* Builds the stack texts of a launch: frame pointers, or DWARF unwinding
- * of the copied stack. entry_name replaces the probed function's own name
- * (a launch entered through a thunk). */
 /* An empty location (a synthetic frame: a marker, [NCCL]Op) in a
  * np_stack_texts.locations list. */
 void np_ingest_append_location(struct np_str *locations);
@@ -197,8 +216,12 @@ struct np_launch_event;
 uint64_t np_ingest_unwind_at_marker(struct np_ingest *in, struct np_ingest_proc *p,
                                     const struct np_launch_event *e, uint64_t entry_pc,
                                     const char *launch_lib);
+/* Builds the stack texts of a launch: frame pointers, or DWARF unwinding
+ * of the copied stack. entry_name replaces the probed function's own name
+ * (a launch entered through a thunk). cache_pinned: texts handed out
+ * earlier may still be read, so the process's stack cache frees nothing. */
 void np_ingest_build_stack(struct np_ingest *in, struct np_ingest_proc *p,
                            const struct np_launch_event *e, const char *entry_name,
-                           struct np_stack_texts *out);
+                           bool cache_pinned, struct np_stack_texts *out);
 
 #endif

@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,7 +235,7 @@ static void append_native(struct np_ingest_proc *t, const struct stack_input *in
  * same with or without debug info. */
 static void write_stack(struct np_ingest *ing, struct np_ingest_proc *t,
                         const struct stack_input *in, struct np_stack_texts *out) {
-    static struct plan plan; /* big; ingest runs on one thread */
+    static _Thread_local struct plan plan; /* big: one per thread that builds stacks */
     plan_stack(t, in, ing->python_mode, &plan);
     np_str_reset(&out->folded);
     np_str_reset(&out->detailed);
@@ -331,12 +332,20 @@ void np_ingest_proc_forget_stacks(struct np_ingest_proc *p) {
 }
 
 /* Remembers texts under key; returns the entry's serial number (0: not
- * remembered). Numbers count up for every process: never reused. */
+ * remembered). Numbers count up for every process: never reused. Pinned
+ * (texts handed out earlier may still be read: worker threads), no entry is
+ * freed: a full cache or a hash collision remembers nothing. */
 static uint64_t remember_stack(struct np_ingest_proc *t, uint64_t hash, const uint8_t *key,
-                               size_t key_len, const struct np_stack_texts *texts) {
-    static uint64_t last_serial; /* ingest runs on one thread */
-    if (t->stack_texts.count >= STACK_CACHE_MAX)
+                               size_t key_len, const struct np_stack_texts *texts, bool pinned) {
+    static uint64_t last_serial;
+    if (t->stack_texts.count >= STACK_CACHE_MAX) {
+        if (pinned)
+            return 0;
         np_ingest_proc_forget_stacks(t);
+    }
+    struct cached_stack *old = np_map_get_u64(&t->stack_texts, hash);
+    if (old && pinned)
+        return 0;
     size_t flen = texts->folded.len + 1, dlen = texts->detailed.len + 1,
            llen = texts->locations.len + 1;
     struct cached_stack *c = malloc(sizeof(*c) + key_len + flen + dlen + llen);
@@ -352,12 +361,11 @@ static uint64_t remember_stack(struct np_ingest_proc *t, uint64_t hash, const ui
     c->dlen = dlen - 1;
     c->llen = llen - 1;
     c->detailed_hash = texts->detailed_hash;
-    c->serial = ++last_serial;
+    c->serial = __atomic_add_fetch(&last_serial, 1, __ATOMIC_RELAXED);
     c->folded = folded;
     c->detailed = detailed;
     c->locations = locations;
     memcpy(c->key, key, key_len);
-    struct cached_stack *old = np_map_get_u64(&t->stack_texts, hash);
     if (old) /* a hash collision: the newer wins */
         t->stack_text_bytes -= sizeof(*old) + old->key_len + old->flen + old->dlen + old->llen + 3;
     free(old);
@@ -370,8 +378,9 @@ static uint64_t remember_stack(struct np_ingest_proc *t, uint64_t hash, const ui
 }
 
 static void write_stack_cached(struct np_ingest *ing, struct np_ingest_proc *t,
-                               const struct stack_input *in, struct np_stack_texts *out) {
-    static uint8_t key[MAX_KEY_BYTES];
+                               const struct stack_input *in, bool pinned,
+                               struct np_stack_texts *out) {
+    static _Thread_local uint8_t key[MAX_KEY_BYTES];
     if (!t->sym) { /* raw addresses: symbols may still come */
         write_stack(ing, t, in, out);
         return;
@@ -381,7 +390,8 @@ static void write_stack_cached(struct np_ingest *ing, struct np_ingest_proc *t,
     struct cached_stack *c = np_map_get_u64(&t->stack_texts, hash);
     if (c && c->key_len == key_len && memcmp(c->key, key, key_len) == 0) {
         /* read in place, not copied: the launch is handed on and done with
-         * before the cache can change (a later record, a library load) */
+         * before an entry can be freed (a later record unpinned, a library
+         * load) */
         np_str_borrow(&out->folded, c->folded, c->flen);
         np_str_borrow(&out->detailed, c->detailed, c->dlen);
         np_str_borrow(&out->locations, c->locations, c->llen);
@@ -394,7 +404,7 @@ static void write_stack_cached(struct np_ingest *ing, struct np_ingest_proc *t,
     if (!out->folded.failed && !out->detailed.failed && !out->locations.failed) {
         out->detailed_hash = np_hash_bytes(out->detailed.buf, out->detailed.len);
         out->hashed_len = out->detailed.len + 1;
-        out->serial = remember_stack(t, hash, key, key_len, out);
+        out->serial = remember_stack(t, hash, key, key_len, out, pinned);
     }
 }
 
@@ -420,25 +430,36 @@ static void count_unwind(struct np_unwind_stats *st, const struct np_unwind_resu
  * which a host may have lowered below our own cap. A stack of that many
  * frames was cut. */
 static uint32_t fp_frame_limit(void) {
-    static uint32_t limit;
-    if (!limit) {
+    static uint32_t limit; /* worked out once; threads racing to it write the same */
+    uint32_t l = __atomic_load_n(&limit, __ATOMIC_RELAXED);
+    if (!l) {
         long v = np_perf_event_max_stack();
-        limit = v > 0 && v < NP_MAX_STACK ? (uint32_t)v : NP_MAX_STACK;
+        l = v > 0 && v < NP_MAX_STACK ? (uint32_t)v : NP_MAX_STACK;
+        __atomic_store_n(&limit, l, __ATOMIC_RELAXED);
     }
-    return limit;
+    return l;
 }
 
 /* Unwinds e's stack copy into *r, counting how it ended and teaching the
- * stack-size hints what it needed. */
+ * stack-size hints what it needed (under learn_lock: worker threads unwind
+ * at once). */
 static void unwind_counted(struct np_ingest *ing, struct np_ingest_proc *t,
                            const struct np_launch_event *e, struct np_unwind_result *r) {
     np_unwind(t->unwinder, e, ing->fp_fallback, r);
+    pthread_mutex_lock(&ing->learn_lock);
     count_unwind(&ing->unwind, r);
     if (e->flags & NP_LF_STACK_HINTED) {
         ing->unwind.hinted++;
         ing->unwind.hint_short += r->end != NP_UNWIND_COMPLETE;
     }
     np_stack_hints_learn(&ing->hints, e, r);
+    pthread_mutex_unlock(&ing->learn_lock);
+}
+
+static void count_unknown(struct np_ingest *ing) {
+    pthread_mutex_lock(&ing->learn_lock);
+    ing->unwind.unknown++;
+    pthread_mutex_unlock(&ing->learn_lock);
 }
 
 /* ---- The agent's fast path: a launch taken at the CUPTI marker ----------
@@ -450,7 +471,7 @@ static void unwind_counted(struct np_ingest *ing, struct np_ingest_proc *t,
  * of a libcupti and of the CUDA libraries (and of the launch function's
  * own library) are dropped from the leaf, and the function's entry put in
  * their place. */
-static struct {
+static _Thread_local struct {        /* one per thread that builds stacks */
     const struct np_launch_event *e; /* the record these pcs are of */
     uint64_t pcs[NP_UNWIND_MAX_FRAMES + 1];
     uint32_t n;
@@ -467,13 +488,13 @@ static bool callback_frame(const char *module_path, const char *launch_lib) {
 uint64_t np_ingest_unwind_at_marker(struct np_ingest *ing, struct np_ingest_proc *t,
                                     const struct np_launch_event *e, uint64_t entry_pc,
                                     const char *launch_lib) {
-    static struct np_unwind_result r;
+    static _Thread_local struct np_unwind_result r;
     at_marker.e = e;
     at_marker.pcs[0] = entry_pc;
     at_marker.n = 1;
     at_marker.end = NP_UNWIND_UNKNOWN;
     if (!(e->flags & NP_LF_STACK_COPY) || e->stack_len == 0 || !t->unwinder || !t->sym) {
-        ing->unwind.unknown++;
+        count_unknown(ing);
         return 0;
     }
     unwind_counted(ing, t, e, &r);
@@ -491,7 +512,7 @@ uint64_t np_ingest_unwind_at_marker(struct np_ingest *ing, struct np_ingest_proc
 
 void np_ingest_build_stack(struct np_ingest *ing, struct np_ingest_proc *t,
                            const struct np_launch_event *e, const char *entry_name,
-                           struct np_stack_texts *out) {
+                           bool cache_pinned, struct np_stack_texts *out) {
     struct stack_input in = {.entry_name = entry_name};
     out->hashed_len = 0; /* not known until a text is written */
     out->serial = 0;
@@ -511,14 +532,14 @@ void np_ingest_build_stack(struct np_ingest *ing, struct np_ingest_proc *t,
                          : at_marker.end == NP_UNWIND_TRUNCATED ? NP_FRAME_TRUNCATED
                                                                 : NP_FRAME_UNKNOWN;
         at_marker.e = NULL;
-        write_stack_cached(ing, t, &in, out);
+        write_stack_cached(ing, t, &in, cache_pinned, out);
         return;
     }
 
     if (!(e->flags & NP_LF_STACK_COPY)) {
         /* frame pointers: the kernel's chain, with the caller inserted when
          * the kernel (before Linux 6.12) left it out at a function entry */
-        static uint64_t pcs[NP_MAX_STACK + 1];
+        static _Thread_local uint64_t pcs[NP_MAX_STACK + 1];
         uint32_t n = e->n_ips > NP_MAX_STACK ? NP_MAX_STACK : e->n_ips, m = 0;
         if (n > 0)
             pcs[m++] = ips[0];
@@ -529,16 +550,16 @@ void np_ingest_build_stack(struct np_ingest *ing, struct np_ingest_proc *t,
         in.pcs = pcs;
         in.n = m;
         in.root_marker = n >= fp_frame_limit() ? NP_FRAME_TRUNCATED : NULL;
-        write_stack_cached(ing, t, &in, out);
+        write_stack_cached(ing, t, &in, cache_pinned, out);
         return;
     }
-    static struct np_unwind_result r; /* big; ingest runs on one thread */
+    static _Thread_local struct np_unwind_result r; /* big: one per thread */
     if (e->stack_len == 0 || !t->unwinder) {
         in.pcs = ips;
         in.n = 1;
         in.root_marker = NP_FRAME_UNKNOWN;
         write_stack(ing, t, &in, out);
-        ing->unwind.unknown++;
+        count_unknown(ing);
         return;
     }
     unwind_counted(ing, t, e, &r);
@@ -547,5 +568,5 @@ void np_ingest_build_stack(struct np_ingest *ing, struct np_ingest_proc *t,
     in.root_marker = r.end == NP_UNWIND_COMPLETE    ? NULL
                      : r.end == NP_UNWIND_TRUNCATED ? NP_FRAME_TRUNCATED
                                                     : NP_FRAME_UNKNOWN;
-    write_stack_cached(ing, t, &in, out);
+    write_stack_cached(ing, t, &in, cache_pinned, out);
 }

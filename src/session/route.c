@@ -9,6 +9,7 @@
 #include <bpf/libbpf.h>
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "correlate/gpu.h"
 #include "correlate/graphs.h"
@@ -217,6 +218,29 @@ static const struct np_ingest_ops ingest_ops = {
     .captured = captured,
 };
 
+/* --reader-threads auto: half the CPUs but one, at most 8 - the other half
+ * is the workload's; none on a host of 2 or 3 CPUs. */
+static unsigned auto_reader_threads(void) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long n = cpus > 2 ? (cpus - 2) / 2 : 0;
+    return n > 8 ? 8 : (unsigned)n;
+}
+
+/* Threads that build stacks beside the reader (without a backlog, records
+ * are handled as read: none). One that cannot be started is not fatal: the
+ * reader works alone, as it does with 0. */
+static void start_reader_threads(struct np_session *s) {
+    unsigned n =
+        s->opt.reader_threads < 0 ? auto_reader_threads() : (unsigned)s->opt.reader_threads;
+    if (!s->ingest.queue || n == 0)
+        return;
+    int err = np_ingest_set_workers(&s->ingest, n);
+    if (err)
+        np_warn("cannot start %u reader threads (%s): the reader unwinds alone", n, strerror(-err));
+    else
+        np_debug("%u reader threads unwind and symbolize", n);
+}
+
 void np_session_setup_ingest(struct np_session *s) {
     s->ingest.attacher = &s->attacher;
     s->ingest.ops = &ingest_ops;
@@ -224,6 +248,7 @@ void np_session_setup_ingest(struct np_session *s) {
     s->ingest.inline_folded = s->opt.inline_frames;
     s->ingest.python_mode = s->opt.python;
     np_ingest_set_backlog(&s->ingest, (uint64_t)s->opt.backlog_mb << 20);
+    start_reader_threads(s);
     np_stack_hints_init(&s->ingest.hints);
     if (s->skel && s->opt.unwind != UNWIND_FP && !s->opt.fixed_stack_copy) {
         s->ingest.hints.fd = bpf_map__fd(s->skel->maps.stack_hints);

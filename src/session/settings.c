@@ -165,6 +165,15 @@ const struct np_setting np_settings_table[] = {
      .help = "wake the reader once N KiB are queued; auto:\n"
              "an eighth of the ring buffer",
      REC(LONG, wakeup_kb)},
+    {.flag = "reader-threads", .metavar = "N", .key = "reader_threads", .type = NP_V_UINT,
+     .max = 64, .auto_ok = true, .restart = true, .def = "auto",
+     .allowed = "auto, or an integer from 0 to 64",
+     .help = "threads that unwind and symbolize beside the\n"
+             "reader, a traced process's launches on one of them;\n"
+             "0: the reader alone; auto: record, half the CPUs\n"
+             "less one (at most 8); the daemon, 0 (its cpu_budget\n"
+             "is at most one core)",
+     REC(LONG, reader_threads), CONF(LONG, reader_threads)},
     /* call stacks */
     {.flag = "unwind", .metavar = "MODE", .key = "unwind", .type = NP_V_ENUM, .names = unwind_names,
      .restart = true, .def = "auto", .allowed = "auto, dwarf or fp",

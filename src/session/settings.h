@@ -43,8 +43,9 @@ struct np_settings {
     double duration_s; /* 0: until stopped */
     bool no_wait;
     long ring_mb;
-    long backlog_mb; /* the reader's backlog (ingest/backlog.h); 0: none */
-    long wakeup_kb;  /* -1: auto, an eighth of the ring */
+    long backlog_mb;     /* the reader's backlog (ingest/backlog.h); 0: none */
+    long wakeup_kb;      /* -1: auto, an eighth of the ring */
+    long reader_threads; /* worker threads beside the reader (ingest/workers.h); -1: auto */
     enum unwind_mode unwind;
     bool inline_frames;
     const char *debuginfo_path;
@@ -87,6 +88,7 @@ struct np_daemon_config {
         exclude_cgroup, include_container, exclude_container;
     uint64_t max_output_bytes, cache_bytes, ring_buffer_bytes, reader_backlog_bytes;
     double cpu_budget_percent; /* 1..100 */
+    long reader_threads;       /* -1: auto (none: see np_session_reader_threads) */
     uint64_t rate_limit;       /* launches/s per probe while over budget, 1..1e9 */
     enum unwind_mode unwind;
     uint64_t stack_bytes, python_depth;

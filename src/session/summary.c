@@ -8,6 +8,7 @@
 
 #include "correlate/gpu.h"
 #include "ingest/gpu_socket.h"
+#include "ingest/workers.h"
 #include "ncclprobe.skel.h"
 #include "session/session.h"
 #include "session/target.h"
@@ -24,6 +25,10 @@ int np_session_write_summary(struct np_session *s, const char *path) {
     const struct np_process **procs = calloc(s->ntargets + 1, sizeof(*procs));
     cJSON *targets = cJSON_CreateArray();
     uint64_t counters[NP_CNT_MAX] = {0};
+    uint64_t thread_stacks[NP_WORKERS_MAX];
+    unsigned nthreads = np_ingest_workers(&s->ingest);
+    for (unsigned i = 0; i < nthreads; i++)
+        thread_stacks[i] = np_ingest_worker_jobs(&s->ingest, i);
     int err = (!hits || !drops || !procs || !targets) ? -ENOMEM : 0;
 
     for (size_t id = 1; !err && id < nprobes; id++) {
@@ -54,6 +59,8 @@ int np_session_write_summary(struct np_session *s, const char *path) {
             .backlog = s->ingest.queue ? &s->ingest.backlog : NULL,
             .ring_bytes = bpf_map__max_entries(s->skel->maps.events),
             .wakeup_bytes = s->wakeup_bytes,
+            .reader_threads = nthreads,
+            .thread_stacks = thread_stacks,
             .unwind = s->opt.unwind == UNWIND_FP ? NULL : &s->ingest.unwind,
             .unwind_mode = unwind_mode_name(s->opt.unwind),
             .stack_bytes = s->opt.unwind == UNWIND_FP ? 0 : (uint32_t)s->opt.stack_bytes,

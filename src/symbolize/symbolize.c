@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,12 +28,16 @@ struct np_symbolizer {
     struct np_map build_ids; /* Dwfl_Module * -> its build id in hex (modules are only
                                 added, never freed, while the Dwfl lives) */
     uint64_t last_refresh_ns;
+    /* Held around every use of dwfl and the caches: the reader's worker
+     * threads (ingest/workers.h) unwind a process while the session's
+     * thread may name one of its kernels. */
+    pthread_mutex_t lock;
 };
 
 /* libdw's find_elf callback has no per-Dwfl context; the symbolizer that is
- * calling into libdw sets this for the duration of the call. The daemon
- * symbolizes on one thread. */
-static pid_t resolving_pid;
+ * calling into libdw sets this for the duration of the call, on its own
+ * thread. */
+static _Thread_local pid_t resolving_pid;
 
 static int find_elf_in_target_root(Dwfl_Module *mod, void **userdata, const char *module_name,
                                    Dwarf_Addr base, char **file_name, Elf **elfp) {
@@ -88,7 +93,8 @@ static int open_module_files(Dwfl_Module *mod, void **userdata, const char *name
     return DWARF_CB_OK;
 }
 
-int np_symbolizer_refresh(struct np_symbolizer *s) {
+/* np_symbolizer_refresh; the lock is held. */
+static int refresh_locked(struct np_symbolizer *s) {
     resolving_pid = s->pid;
     dwfl_report_begin_add(s->dwfl);
     int err = dwfl_linux_proc_report(s->dwfl, s->pid);
@@ -102,15 +108,32 @@ int np_symbolizer_refresh(struct np_symbolizer *s) {
     return err < 0 ? -ESRCH : 0;
 }
 
+int np_symbolizer_refresh(struct np_symbolizer *s) {
+    np_symbolizer_lock(s);
+    int err = refresh_locked(s);
+    np_symbolizer_unlock(s);
+    return err;
+}
+
+void np_symbolizer_lock(struct np_symbolizer *s) {
+    pthread_mutex_lock(&s->lock);
+}
+
+void np_symbolizer_unlock(struct np_symbolizer *s) {
+    pthread_mutex_unlock(&s->lock);
+}
+
 int np_symbolizer_new(pid_t pid, struct np_symbolizer **out) {
     struct np_symbolizer *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
     s->pid = pid;
+    pthread_mutex_init(&s->lock, NULL);
     np_map_init(&s->cache);
     np_map_init(&s->build_ids);
     s->dwfl = dwfl_begin(&callbacks);
     if (!s->dwfl) {
+        pthread_mutex_destroy(&s->lock);
         free(s);
         return -ENOMEM;
     }
@@ -129,6 +152,7 @@ void np_symbolizer_free(struct np_symbolizer *s) {
     np_map_free(&s->cache, free_frame);
     np_map_free(&s->build_ids, free);
     dwfl_end(s->dwfl);
+    pthread_mutex_destroy(&s->lock);
     free(s);
 }
 
@@ -143,7 +167,7 @@ struct Dwfl_Module *np_symbolizer_module(struct np_symbolizer *s, uint64_t pc) {
     /* A module mapped since the last refresh: look again, at most every
      * 100 ms so a stream of wild addresses cannot make us spin. */
     if (!mod && np_monotonic_ns() - s->last_refresh_ns > 100000000ull) {
-        np_symbolizer_refresh(s);
+        refresh_locked(s);
         resolving_pid = s->pid;
         mod = dwfl_addrmodule(s->dwfl, pc);
     }
@@ -327,15 +351,18 @@ const struct np_frame *np_symbolize(struct np_symbolizer *s, uint64_t pc, bool i
     static const struct np_frame oom = {.name = NP_FRAME_UNKNOWN, .module = "", .module_path = ""};
     uint64_t lookup = is_return_address && pc ? pc - 1 : pc;
 
+    np_symbolizer_lock(s);
     struct np_frame *f = np_map_get_u64(&s->cache, lookup);
-    if (f)
-        return f;
-    resolving_pid = s->pid;
-    f = resolve(s, lookup);
-    resolving_pid = 0;
-    if (!f || np_map_put_u64(&s->cache, lookup, f) < 0) {
-        free_frame(f);
-        return &oom;
+    if (!f) {
+        resolving_pid = s->pid;
+        f = resolve(s, lookup);
+        resolving_pid = 0;
+        if (f && np_map_put_u64(&s->cache, lookup, f) < 0) {
+            free_frame(f);
+            f = NULL;
+        }
     }
-    return f;
+    np_symbolizer_unlock(s);
+    /* Frames are freed only with the symbolizer: the pointer outlives the lock. */
+    return f ? f : &oom;
 }

@@ -2,7 +2,8 @@
  * libdw: one Dwfl per process built from /proc/PID/maps, module files
  * opened through /proc/PID/root (so containers resolve their own files),
  * symbols from .symtab, .dynsym and separate debug files, C++ demangled.
- * Results are cached per address. */
+ * Results are cached per address. A symbolizer may be used from several
+ * threads: np_symbolize and np_symbolizer_refresh take its lock. */
 #ifndef NP_SYMBOLIZE_H
 #define NP_SYMBOLIZE_H
 
@@ -50,8 +51,14 @@ int np_symbolizer_refresh(struct np_symbolizer *s);
  * is_return_address so the call instruction itself is looked up. */
 const struct np_frame *np_symbolize(struct np_symbolizer *s, uint64_t pc, bool is_return_address);
 
+/* Held while libdw objects the symbolizer owns are used outside it (the
+ * unwinder reading a module's CFI); not held across np_symbolize. */
+void np_symbolizer_lock(struct np_symbolizer *s);
+void np_symbolizer_unlock(struct np_symbolizer *s);
+
 /* The libdw module that maps pc, re-reading the mappings (at most every
- * 100 ms) when none does; NULL if still none. For the unwinder. */
+ * 100 ms) when none does; NULL if still none. For the unwinder, with the
+ * lock held for as long as the module is used. */
 struct Dwfl_Module;
 struct Dwfl_Module *np_symbolizer_module(struct np_symbolizer *s, uint64_t pc);
 

@@ -117,12 +117,14 @@ static Dwarf_Frame *frame_at(Dwfl_Module *mod, uint64_t pc) {
 
 static void derive_rule(struct np_unwinder *u, uint64_t pc, struct cfa_rule *r) {
     memset(r, 0, sizeof(*r));
+    np_symbolizer_lock(u->sym); /* libdw's objects are the symbolizer's */
     Dwfl_Module *mod = np_symbolizer_module(u->sym, pc);
+    Dwarf_Frame *frame = mod ? frame_at(mod, pc) : NULL;
+    np_symbolizer_unlock(u->sym);
     if (!mod) {
         r->status = RULE_NO_MODULE;
         return;
     }
-    Dwarf_Frame *frame = frame_at(mod, pc);
     if (!frame) {
         r->status = RULE_NO_CFI;
         return;

@@ -128,6 +128,10 @@ static cJSON *reader_json(const struct np_summary *s) {
     np_json_add_u64(o, "backlog_chunks_mapped", b ? b->mapped : 0);
     np_json_add_u64(o, "launches_dropped", b ? b->dropped_launches : 0);
     np_json_add_u64(o, "other_records_dropped", b ? b->dropped_other : 0);
+    np_json_add_u64(o, "threads", s->reader_threads);
+    cJSON *stacks = cJSON_AddArrayToObject(o, "thread_stacks");
+    for (unsigned i = 0; stacks && i < s->reader_threads; i++)
+        cJSON_AddItemToArray(stacks, cJSON_CreateNumber((double)s->thread_stacks[i]));
     return o;
 }
 

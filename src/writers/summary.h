@@ -36,6 +36,8 @@ struct np_summary {
     const struct np_backlog *backlog;     /* the reader's; NULL: records were handled as read */
     uint64_t ring_bytes;                  /* the BPF ring buffer's size */
     uint64_t wakeup_bytes;                /* its fill that wakes the reader (0: every record) */
+    const uint64_t *thread_stacks;        /* stacks each reader thread built */
+    unsigned reader_threads;              /* how many (0: the reader alone) */
     const struct np_unwind_stats *unwind; /* NULL in frame-pointer mode */
     const char *unwind_mode;
     uint32_t stack_bytes;

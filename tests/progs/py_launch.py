@@ -10,6 +10,7 @@ cudaLaunchKernel along a fixed chain of named Python functions:
 Every launch: func=0x1234, grid (4,1,1), block (128,1,1), args=NULL, sharedMem=0, stream=NULL.
 Without a GPU each call returns an error, which is ignored. Prints, per thread, after it is done:
     thread tid=<native id> launches=<n>
+then, with --linger-ms N, stays N ms before exiting (its code objects stay readable meanwhile).
 Runs on CPython 3.10-3.13.
 """
 
@@ -83,9 +84,11 @@ def parse_args():
         action="store_true",
         help='print "ready <pid>", then wait for SIGUSR1 before launching',
     )
+    parser.add_argument("--linger-ms", type=int, default=0,
+                        help="after printing, wait this long before exiting (default 0)")
     args = parser.parse_args()
-    if args.iters < 0 or args.threads < 0:
-        parser.error("--iters and --threads must be >= 0")
+    if args.iters < 0 or args.threads < 0 or args.linger_ms < 0:
+        parser.error("--iters, --threads and --linger-ms must be >= 0")
     return args
 
 
@@ -117,3 +120,5 @@ if ARGS is not None:
     for tid, launches in RESULTS:
         print(f"thread tid={tid} launches={launches}")
     sys.stdout.flush()
+    if ARGS.linger_ms:
+        threading.Event().wait(ARGS.linger_ms / 1000)

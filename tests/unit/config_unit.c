@@ -71,6 +71,7 @@ static bool same_config(const struct np_daemon_config *a, const struct np_daemon
            a->max_output_bytes == b->max_output_bytes && a->cache_bytes == b->cache_bytes &&
            a->ring_buffer_bytes == b->ring_buffer_bytes &&
            a->reader_backlog_bytes == b->reader_backlog_bytes &&
+           a->reader_threads == b->reader_threads &&
            a->cpu_budget_percent == b->cpu_budget_percent && a->rate_limit == b->rate_limit &&
            a->unwind == b->unwind && a->stack_bytes == b->stack_bytes &&
            a->python_depth == b->python_depth && a->python == b->python &&
@@ -103,6 +104,7 @@ static const char *const ALL_KEYS = "output_dir = /data/np\n"
                                     "rate_limit = 100\n"
                                     "ring_buffer = 256M\n"
                                     "reader_backlog = 0\n"
+                                    "reader_threads = 3\n"
                                     "unwind = fp\n"
                                     "stack_bytes = 8192\n"
                                     "python = raw\n"
@@ -143,6 +145,7 @@ static void check_all_keys(const struct np_daemon_config *c) {
     CHECK(c->rate_limit == 100);
     CHECK(c->ring_buffer_bytes == 256 * MIB);
     CHECK(c->reader_backlog_bytes == 0);
+    CHECK(c->reader_threads == 3);
     CHECK(c->unwind == UNWIND_FP);
     CHECK(c->stack_bytes == 8192);
     CHECK(c->python == NP_PYTHON_RAW);
@@ -171,6 +174,7 @@ static void test_defaults(void) {
     CHECK(c.cache_bytes == 256 * MIB);
     CHECK(c.ring_buffer_bytes == 64 * MIB);
     CHECK(c.reader_backlog_bytes == 2 * GIB);
+    CHECK(c.reader_threads == -1); /* auto */
     CHECK(c.cpu_budget_percent == 10);
     CHECK(c.rate_limit == 2000);
     CHECK(c.unwind == UNWIND_AUTO);
@@ -745,7 +749,7 @@ static void test_load(void) {
             }
             np_str_append(&un, "\n");
         }
-        CHECK(keys == 35); /* every key */
+        CHECK(keys == 36); /* every key */
         rc = parse(np_str_cstr(&un), &d);
         CHECK(rc == 0);
         if (rc)
@@ -848,6 +852,26 @@ static void test_settings_table(void) {
     CHECK(np_setting_set(wake, NP_SIDE_RECORD, "1048577", &rec, msg, sizeof(msg)) == -EINVAL);
     CHECK(strstr(msg, "invalid --wakeup-kb '1048577'") == msg);
     CHECK(np_setting_set(wake, NP_SIDE_RECORD, "autox", &rec, msg, sizeof(msg)) == -EINVAL);
+
+    /* the reader's threads: auto or 0 to 64, the same from both sides */
+    const struct np_setting *threads = np_setting_by_flag("reader-threads");
+    CHECK(threads && threads == np_setting_by_key("reader_threads", 14));
+    CHECK(rec.reader_threads == -1); /* auto, the default */
+    CHECK(np_setting_set(threads, NP_SIDE_RECORD, "0", &rec, msg, sizeof(msg)) == 0 &&
+          rec.reader_threads == 0);
+    CHECK(np_setting_set(threads, NP_SIDE_RECORD, "64", &rec, msg, sizeof(msg)) == 0 &&
+          rec.reader_threads == 64);
+    CHECK(np_setting_set(threads, NP_SIDE_RECORD, "auto", &rec, msg, sizeof(msg)) == 0 &&
+          rec.reader_threads == -1);
+    CHECK(np_setting_set(threads, NP_SIDE_RECORD, "65", &rec, msg, sizeof(msg)) == -EINVAL);
+    CHECK(strstr(msg, "invalid --reader-threads '65'") == msg);
+    CHECK(np_setting_set(threads, NP_SIDE_RECORD, "-2", &rec, msg, sizeof(msg)) == -EINVAL);
+    CHECK(np_setting_set(threads, NP_SIDE_RECORD, "two", &rec, msg, sizeof(msg)) == -EINVAL);
+    CHECK(parse("reader_threads = 2\n", &c) == 0);
+    np_settings_from_config(&c, &dmn);
+    CHECK(dmn.reader_threads == 2);
+    np_config_free(&c);
+    expect_bad_value("reader_threads = 100", "reader_threads", "out of range");
 }
 
 int main(void) {

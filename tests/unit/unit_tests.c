@@ -30,6 +30,7 @@
 #include "ingest/ingest.h"
 #include "ingest/launch.h"
 #include "ingest/nccl_plan.h"
+#include "ingest/workers.h"
 #include "lib/hashmap.h"
 #include "lib/json.h"
 #include "lib/util.h"
@@ -1314,11 +1315,114 @@ static void test_backlog_threaded(void) {
     np_backlog_free(&b);
 }
 
+/* Looking ahead of the head: every record scanned and not popped, in order,
+ * across chunks, and nothing past the scan. */
+static void test_backlog_ahead(void) {
+    struct np_backlog b;
+    np_backlog_init(&b, 1u << 20); /* 128 KiB chunks */
+    static uint8_t rec[3000];
+    size_t size;
+    uint32_t *flags, f;
+    for (uint32_t i = 0; i < 500; i++) { /* ~1.5 MiB: many chunks */
+        memcpy(rec, &i, sizeof(i));
+        CHECK(np_backlog_push(&b, rec, 1000 + i % 2000, true) == 0);
+    }
+    for (int i = 0; i < 400; i++) /* the last 100 are not scanned */
+        CHECK(np_backlog_scan(&b, &size, &flags) != NULL);
+    for (int i = 0; i < 150; i++) {
+        np_backlog_peek(&b, &size, &f);
+        np_backlog_pop(&b);
+    }
+    struct np_backlog_cursor cur;
+    np_backlog_ahead_start(&b, &cur);
+    uint32_t want = 150;
+    const uint8_t *p;
+    bool in_order = true;
+    while ((p = np_backlog_ahead(&b, &cur, &size, &f))) {
+        uint32_t id;
+        memcpy(&id, p, sizeof(id));
+        in_order &= id == want && size == 1000 + want % 2000;
+        want++;
+    }
+    CHECK(in_order && want == 400 && cur.n == 250);
+    /* what the cursor saw is what is popped, in the same place */
+    np_backlog_ahead_start(&b, &cur);
+    const void *ahead = np_backlog_ahead(&b, &cur, &size, &f);
+    CHECK(ahead == np_backlog_peek(&b, &size, &f));
+    np_backlog_free(&b);
+}
+
+/* Worker threads: a key's jobs run one after another on one thread, in the
+ * order given; waiting for a job sees its effect. */
+#define WORKER_KEYS 7
+#define WORKER_JOBS 6000
+
+struct test_job {
+    struct np_job job;
+    uint32_t key, seq;
+    uint32_t *last_seq; /* per key: the seq of the key's last job that ran */
+    pthread_t *thread;  /* per key: the thread that ran it */
+    bool *ok;           /* per key */
+    uint32_t result;
+};
+
+static void run_test_job(struct np_job *job) {
+    struct test_job *t = np_container_of(job, struct test_job, job);
+    uint32_t k = t->key;
+    if (t->last_seq[k] != UINT32_MAX &&
+        (t->last_seq[k] >= t->seq || !pthread_equal(t->thread[k], pthread_self())))
+        t->ok[k] = false;
+    t->thread[k] = pthread_self();
+    t->last_seq[k] = t->seq;
+    t->result = t->seq * 3 + 1;
+}
+
+static void test_workers(void) {
+    struct np_workers *w;
+    CHECK(np_workers_start(0, &w) == -EINVAL &&
+          np_workers_start(NP_WORKERS_MAX + 1, &w) == -EINVAL);
+    CHECK(np_workers_start(3, &w) == 0 && np_workers_count(w) == 3);
+    static struct test_job jobs[WORKER_JOBS];
+    uint32_t last_seq[WORKER_KEYS];
+    pthread_t thread[WORKER_KEYS];
+    bool ok[WORKER_KEYS];
+    for (int k = 0; k < WORKER_KEYS; k++)
+        last_seq[k] = UINT32_MAX, ok[k] = true;
+    bool seen = true;
+    for (uint32_t i = 0; i < WORKER_JOBS; i++) {
+        jobs[i] = (struct test_job){.job.run = run_test_job,
+                                    .key = (i * 2654435761u) % WORKER_KEYS,
+                                    .seq = i,
+                                    .last_seq = last_seq,
+                                    .thread = thread,
+                                    .ok = ok};
+        np_workers_submit(w, jobs[i].key, &jobs[i].job);
+        if (i % 7 == 3) { /* now and then wait for one given a little earlier */
+            struct test_job *j = &jobs[i - 3];
+            np_workers_wait(w, j->key, &j->job);
+            seen &= j->result == j->seq * 3 + 1;
+        }
+    }
+    np_workers_wait_all(w);
+    bool all_ran = true, in_order = true;
+    uint64_t ran = 0;
+    for (uint32_t i = 0; i < WORKER_JOBS; i++)
+        all_ran &= jobs[i].job.done && jobs[i].result == i * 3 + 1;
+    for (int k = 0; k < WORKER_KEYS; k++)
+        in_order &= ok[k];
+    for (unsigned i = 0; i < 3; i++)
+        ran += np_workers_jobs_run(w, i);
+    CHECK(seen && all_ran && in_order && ran == WORKER_JOBS);
+    np_workers_stop(w);
+}
+
 int main(void) {
     test_demangle();
     test_backlog();
     test_backlog_spares();
     test_backlog_threaded();
+    test_backlog_ahead();
+    test_workers();
     test_thunk();
     test_maps();
     test_sanitize();

@@ -1,0 +1,160 @@
+#!/usr/bin/python3
+"""Records handled per second against the reader's threads: bench/reader_threads.sh's harness.
+
+    reader_threads.py --build BUILD [--threads-list 0,1,2] [--procs P] [--py-threads N]
+                      [--depth D] [--seconds S] [--rounds R] [--python PY] [--out FILE]
+
+Workload: P processes of bench/py_threads_flat.py (N CPython threads each, Python depth D),
+all attached by one `ncclprobe record --pid P1,P2,... --reader-threads T`, launching flat out
+for S seconds. The reader falls behind (deep Python records, every core busy); records wait
+in its backlog. The harness then waits until the tracer's CPU time stops growing: everything
+is read. Per run:
+
+- read: records handled (probe_hits - events_dropped, summary.json);
+- wall: seconds from the first launch until the tracer was idle again; catch-up: of them,
+  after the workload stopped;
+- handled/s: read / wall - how soon a burst is worked off;
+- cores: the tracer's CPU time / wall, all its threads (the cores it used);
+- per thread: summary.json's reader.thread_stacks (stacks each worker built).
+
+Each --threads-list value runs once per round, interleaved, so that a slower moment of a
+shared host hits every configuration. Standard library only.
+"""
+import argparse
+import os
+import platform
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+
+import bench
+from reader import settle
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def start_workloads(args):
+    procs = []
+    for i in range(args.procs):
+        argv = [args.python, os.path.join(HERE, "py_threads_flat.py"), str(args.seconds),
+                "--threads", str(args.py_threads), "--depth", str(args.depth), "--pause"]
+        wl = bench.Proc(argv, f"workload{i}")
+        procs.append(wl)
+        if not wl.wait_line(r"^ready (\d+)$", 30, key="out"):
+            raise RuntimeError(f"workload {i} did not start:\n{wl.text()}")
+    return procs
+
+
+def one_run(args, threads):
+    workdir = tempfile.mkdtemp(prefix="ncclprobe-reader-threads-")
+    wls, tp = [], None
+    try:
+        wls = start_workloads(args)
+        rec = os.path.join(workdir, "rec")
+        pids = ",".join(str(w.pid) for w in wls)
+        tp = bench.Proc([os.path.join(args.build, "ncclprobe"), "record", "--pid", pids, "-o", rec,
+                         "--reader-threads", str(threads)], f"threads={threads}")
+        for w in wls:
+            if not tp.wait_line(rf"recording process {w.pid}\b", 30, key="err"):
+                raise RuntimeError(f"the tracer did not attach to {w.pid}:\n{tp.text()}")
+        cpu0 = settle(tp.pid)
+        t0 = time.monotonic()
+        for w in wls:
+            w.send(signal.SIGUSR1)
+        made = 0
+        for w in wls:
+            m = w.wait_line(r"^launches (\d+) seconds ([0-9.]+)$", args.seconds + 60, key="out")
+            if not m:
+                raise RuntimeError(f"a workload did not finish:\n{w.text()}")
+            made += int(m.group(1))
+        t_end = time.monotonic()
+        cpu1 = settle(tp.pid, step=0.05)
+        t1 = time.monotonic() - 0.05  # settle saw no growth over its last step
+        for w in wls:
+            w.send(signal.SIGUSR1)
+            w.wait(30)
+        if tp.stop(signal.SIGINT, 120) != 0:
+            raise RuntimeError(f"the tracer exited with {tp.p.returncode}:\n{tp.text()}")
+        s = bench.read_summary(rec)
+        tot, reader = s["totals"], s["reader"]
+        read = tot["probe_hits"] - tot["events_dropped"]
+        wall = t1 - t0
+        cpu_s = (cpu1 - cpu0) / 1e9
+        return {"made": made, "read": read, "dropped": tot["events_dropped"], "wall": wall,
+                "catch_up": t1 - t_end, "per_s": read / wall, "cores": cpu_s / wall,
+                "per_thread": reader.get("thread_stacks", [])}
+    finally:
+        if tp is not None and tp.alive():
+            tp.stop(signal.SIGINT, 30)
+        for w in wls:
+            if w.alive():
+                w.stop(signal.SIGKILL, 10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def newest_python312():
+    base = "/root/.pyenv/versions"
+    vs = sorted((v for v in os.listdir(base) if v.startswith("3.12.")),
+                key=lambda v: [int(x) for x in v.split(".")]) if os.path.isdir(base) else []
+    return os.path.join(base, vs[-1], "bin", "python3") if vs else None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--threads-list", default="0,1,2")
+    ap.add_argument("--procs", type=int, default=2)
+    ap.add_argument("--py-threads", type=int, default=2)
+    ap.add_argument("--depth", type=int, default=60)
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--python", default=None)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("reader_threads.py: needs root (BPF, uprobes)")
+    args.python = args.python or newest_python312()
+    if not args.python:
+        sys.exit("reader_threads.py: no /root/.pyenv/versions/3.12.*; pass --python")
+    counts = [int(x) for x in args.threads_list.split(",")]
+    results = {t: [] for t in counts}
+    for rnd in range(args.rounds):
+        for t in (counts if rnd % 2 == 0 else list(reversed(counts))):
+            r = one_run(args, t)
+            results[t].append(r)
+            bench.log(f"round {rnd + 1} threads={t}: {r['read']} read in {r['wall']:.2f} s "
+                      f"({r['per_s']:.0f}/s, catch-up {r['catch_up']:.2f} s), "
+                      f"{r['cores']:.2f} cores, dropped {r['dropped']}, per thread "
+                      f"{r['per_thread']}")
+
+    def med(t, key):
+        return statistics.median(r[key] for r in results[t])
+
+    base = med(counts[0], "per_s")
+    L = ["# Reader threads: records handled per second against the cores used", "",
+         f"- {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, {platform.node()}, {os.cpu_count()} CPUs, "
+         f"Linux {platform.release()}",
+         f"- workload: {args.procs} processes of bench/py_threads_flat.py, {args.py_threads} "
+         f"threads each, Python depth {args.depth}, {args.seconds:g} s flat out; "
+         "`ncclprobe record --pid P1,P2 --reader-threads T`",
+         f"- {args.rounds} interleaved rounds; medians", "",
+         "| --reader-threads | handled/s | vs first | cores used | wall s | catch-up s | "
+         "dropped | read |",
+         "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for t in counts:
+        L.append(f"| {t} | {med(t, 'per_s'):,.0f} | {med(t, 'per_s') / base:.2f}x | "
+                 f"{med(t, 'cores'):.2f} | {med(t, 'wall'):.2f} | {med(t, 'catch_up'):.2f} | "
+                 f"{med(t, 'dropped'):,.0f} | {med(t, 'read'):,.0f} |")
+    text = "\n".join(L) + "\n"
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
