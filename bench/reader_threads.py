@@ -5,15 +5,17 @@
                       [--depth D] [--seconds S] [--rounds R] [--python PY] [--out FILE]
 
 Workload: P processes of bench/py_threads_flat.py (N CPython threads each, Python depth D),
-all attached by one `ncclprobe record --pid P1,P2,... --reader-threads T`, launching flat out
-for S seconds. The reader falls behind (deep Python records, every core busy); records wait
-in its backlog. The harness then waits until the tracer's CPU time stops growing: everything
-is read. Per run:
+all attached by one `ncclprobe record --pid P1,P2,... --reader-threads T --ring-buffer-mb
+1024`, launching flat out for S seconds while the tracer is stopped (SIGSTOP): the records
+wait in the BPF ring, none is read yet. Then the workloads wait, the tracer is let go
+(SIGCONT) and works the whole burst off with every CPU to itself; the harness waits until
+its CPU time stops growing. Per run:
 
-- read: records handled (probe_hits - events_dropped, summary.json);
-- wall: seconds from the first launch until the tracer was idle again; catch-up: of them,
-  after the workload stopped;
-- handled/s: read / wall - how soon a burst is worked off;
+- read: records handled (probe_hits - events_dropped, summary.json; a burst bigger than the
+  ring drops, and is counted);
+- wall: seconds from SIGCONT until the tracer was idle again;
+- handled/s: read / wall - the reader's throughput: draining, unwinding, symbolizing,
+  writing;
 - cores: the tracer's CPU time / wall, all its threads (the cores it used);
 - per thread: summary.json's reader.thread_stacks (stacks each worker built).
 
@@ -36,6 +38,26 @@ from reader import settle
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def thread_cpu(pid):
+    """{thread name: CPU ns so far} of a process (threads of one name summed)."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                ns = int(f.read().split()[0])
+        except OSError:
+            continue
+        name = "worker" if name.startswith("np-unwind-") else name
+        out[name] = out.get(name, 0) + ns
+    return out
+
+
 def start_workloads(args):
     procs = []
     for i in range(args.procs):
@@ -56,23 +78,31 @@ def one_run(args, threads):
         rec = os.path.join(workdir, "rec")
         pids = ",".join(str(w.pid) for w in wls)
         tp = bench.Proc([os.path.join(args.build, "ncclprobe"), "record", "--pid", pids, "-o", rec,
-                         "--reader-threads", str(threads)], f"threads={threads}")
+                         "--reader-threads", str(threads), "--ring-buffer-mb", "1024"],
+                        f"threads={threads}")
         for w in wls:
             if not tp.wait_line(rf"recording process {w.pid}\b", 30, key="err"):
                 raise RuntimeError(f"the tracer did not attach to {w.pid}:\n{tp.text()}")
-        cpu0 = settle(tp.pid)
-        t0 = time.monotonic()
-        for w in wls:
-            w.send(signal.SIGUSR1)
-        made = 0
-        for w in wls:
-            m = w.wait_line(r"^launches (\d+) seconds ([0-9.]+)$", args.seconds + 60, key="out")
-            if not m:
-                raise RuntimeError(f"a workload did not finish:\n{w.text()}")
-            made += int(m.group(1))
-        t_end = time.monotonic()
+        settle(tp.pid)
+        os.kill(tp.pid, signal.SIGSTOP)
+        try:
+            for w in wls:
+                w.send(signal.SIGUSR1)
+            made = 0
+            for w in wls:
+                m = w.wait_line(r"^launches (\d+) seconds ([0-9.]+)$", args.seconds + 60,
+                                key="out")
+                if not m:
+                    raise RuntimeError(f"a workload did not finish:\n{w.text()}")
+                made += int(m.group(1))
+            cpu0 = bench.cpu_ns(tp.pid)
+            by_thread0 = thread_cpu(tp.pid)
+            t0 = time.monotonic()
+        finally:
+            os.kill(tp.pid, signal.SIGCONT)
         cpu1 = settle(tp.pid, step=0.05)
         t1 = time.monotonic() - 0.05  # settle saw no growth over its last step
+        by_thread = {k: (v - by_thread0.get(k, 0)) / 1e9 for k, v in thread_cpu(tp.pid).items()}
         for w in wls:
             w.send(signal.SIGUSR1)
             w.wait(30)
@@ -84,7 +114,7 @@ def one_run(args, threads):
         wall = t1 - t0
         cpu_s = (cpu1 - cpu0) / 1e9
         return {"made": made, "read": read, "dropped": tot["events_dropped"], "wall": wall,
-                "catch_up": t1 - t_end, "per_s": read / wall, "cores": cpu_s / wall,
+                "per_s": read / wall, "cores": cpu_s / wall, "by_thread": by_thread,
                 "per_thread": reader.get("thread_stacks", [])}
     finally:
         if tp is not None and tp.alive():
@@ -107,9 +137,9 @@ def main():
     ap.add_argument("--build", required=True)
     ap.add_argument("--threads-list", default="0,1,2")
     ap.add_argument("--procs", type=int, default=2)
-    ap.add_argument("--py-threads", type=int, default=2)
+    ap.add_argument("--py-threads", type=int, default=1)
     ap.add_argument("--depth", type=int, default=60)
-    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--python", default=None)
     ap.add_argument("--out", default=None)
@@ -126,9 +156,10 @@ def main():
             r = one_run(args, t)
             results[t].append(r)
             bench.log(f"round {rnd + 1} threads={t}: {r['read']} read in {r['wall']:.2f} s "
-                      f"({r['per_s']:.0f}/s, catch-up {r['catch_up']:.2f} s), "
-                      f"{r['cores']:.2f} cores, dropped {r['dropped']}, per thread "
-                      f"{r['per_thread']}")
+                      f"({r['per_s']:.0f}/s), "
+                      f"{r['cores']:.2f} cores, dropped {r['dropped']}, stacks per worker "
+                      f"{r['per_thread']}, CPU s by thread "
+                      + ", ".join(f"{k} {v:.2f}" for k, v in sorted(r["by_thread"].items())))
 
     def med(t, key):
         return statistics.median(r[key] for r in results[t])
@@ -138,15 +169,15 @@ def main():
          f"- {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, {platform.node()}, {os.cpu_count()} CPUs, "
          f"Linux {platform.release()}",
          f"- workload: {args.procs} processes of bench/py_threads_flat.py, {args.py_threads} "
-         f"threads each, Python depth {args.depth}, {args.seconds:g} s flat out; "
-         "`ncclprobe record --pid P1,P2 --reader-threads T`",
+         f"threads each, Python depth {args.depth}, {args.seconds:g} s flat out while the "
+         "tracer is stopped; `ncclprobe record --pid P1,P2 --reader-threads T "
+         "--ring-buffer-mb 1024`, then let go",
          f"- {args.rounds} interleaved rounds; medians", "",
-         "| --reader-threads | handled/s | vs first | cores used | wall s | catch-up s | "
-         "dropped | read |",
-         "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+         "| --reader-threads | handled/s | vs first | cores used | wall s | dropped | read |",
+         "|---:|---:|---:|---:|---:|---:|---:|"]
     for t in counts:
         L.append(f"| {t} | {med(t, 'per_s'):,.0f} | {med(t, 'per_s') / base:.2f}x | "
-                 f"{med(t, 'cores'):.2f} | {med(t, 'wall'):.2f} | {med(t, 'catch_up'):.2f} | "
+                 f"{med(t, 'cores'):.2f} | {med(t, 'wall'):.2f} | "
                  f"{med(t, 'dropped'):,.0f} | {med(t, 'read'):,.0f} |")
     text = "\n".join(L) + "\n"
     print(text)

@@ -38,6 +38,12 @@ struct stack_job {
     struct np_stack_texts texts; /* out */
 };
 
+/* Whether a job given out has not been waited for: a worker may be using
+ * its process (jobs are waited for in order, in job_of). */
+static bool jobs_out(const struct np_ingest *in) {
+    return in->next_job < in->njobs;
+}
+
 void np_ingest_settle(struct np_ingest *in) {
     in->stats.nccl_plans_unclaimed += in->nccl_pending.count;
     np_map_free(&in->nccl_pending, free);
@@ -292,7 +298,7 @@ static const struct np_launch_event *at_marker_fixed(struct np_ingest *in, struc
         fixed.ret_addr = in->current_job->ret_addr;
         return &fixed;
     }
-    if (in->workers) /* one may be using the process */
+    if (jobs_out(in)) /* a worker may be using the process */
         np_workers_wait_all(in->workers);
     fixed.ret_addr = np_ingest_unwind_at_marker(in, p, e, called->addr, site_library(p, site));
     return &fixed;
@@ -352,7 +358,7 @@ static struct np_stack_texts *launch_stack(struct np_ingest *in, struct np_inges
                                            const char *entry_name) {
     if (in->current_job)
         return &in->current_job->texts;
-    if (in->workers)
+    if (jobs_out(in))
         np_workers_wait_all(in->workers);
     np_ingest_build_stack(in, p, e, entry_name, false, &in->stack);
     return &in->stack;
@@ -583,13 +589,14 @@ static void scan_arrivals(struct np_ingest *in) {
 /* ---- Worker threads -------------------------------------------------------
  *
  * With workers (np_ingest_set_workers), the stacks of queued launches are
- * built ahead of their turn. np_ingest_work looks a batch of records ahead
- * in the backlog and gives each launch that will want a stack to the
- * worker of its process: all of a process's launches go to one worker, in
- * order, since its unwinder, stack-text cache and code objects are used by
- * one thread at a time. Then it handles the batch's records in order on
- * this thread, as without workers, each launch taking its stack from its
- * job. While a batch runs:
+ * built ahead of their turn, once this thread alone falls behind.
+ * np_ingest_work looks a batch of records ahead in the backlog and gives
+ * each launch that will want a stack to the worker of its process: all of
+ * a process's launches go to one worker, in order, since its unwinder,
+ * stack-text cache and code objects are used by one thread at a time;
+ * processes are given workers in turn, as their first launches come. Then
+ * it handles the batch's records in order on this thread, as without
+ * workers, each launch taking its stack from its job. While a batch runs:
  * - a worker touches only its job's process (the unwinder, the stack-text
  *   cache, pinned after the process's first job of the batch so that texts
  *   handed out stay valid, the code objects), the ingest-wide unwind
@@ -669,6 +676,10 @@ static bool job_for(struct np_ingest *in, const void *rec, size_t size, struct s
     j->launch_lib = site_library(p, site);
     j->pinned = p->batch == in->batch; /* an earlier job of this batch may hand out texts */
     p->batch = in->batch;
+    if (!p->has_worker) { /* in turn: pids of processes started together share residues */
+        p->worker = in->next_worker++ % np_workers_count(in->workers);
+        p->has_worker = true;
+    }
     return true;
 }
 
@@ -686,7 +697,7 @@ static size_t start_batch(struct np_ingest *in) {
         n++;
         struct stack_job *j = &in->jobs[in->njobs];
         if (!(flags & NP_BACKLOG_DONE) && job_for(in, rec, size, j)) {
-            np_workers_submit(in->workers, (uint64_t)j->p->process->pid, &j->job);
+            np_workers_submit(in->workers, j->p->worker, &j->job);
             in->njobs++;
         }
     }
@@ -698,14 +709,15 @@ static struct stack_job *job_of(struct np_ingest *in, const void *rec) {
     if (in->next_job >= in->njobs || in->jobs[in->next_job].e != rec)
         return NULL;
     struct stack_job *j = &in->jobs[in->next_job++];
-    np_workers_wait(in->workers, (uint64_t)j->p->process->pid, &j->job);
+    np_workers_wait(in->workers, j->p->worker, &j->job);
     return j;
 }
 
-/* np_ingest_work with workers: batch after batch, until the deadline. */
-static void work_in_batches(struct np_ingest *in, uint64_t deadline) {
+/* np_ingest_work with workers, while a batch or more waits: batch after
+ * batch. Returns false once the deadline passed. */
+static bool work_in_batches(struct np_ingest *in, uint64_t deadline) {
     size_t n;
-    while ((n = start_batch(in)) > 0) {
+    while (np_backlog_waiting(&in->backlog) >= BATCH_RECORDS && (n = start_batch(in)) > 0) {
         size_t size;
         uint32_t flags;
         const void *rec = np_backlog_peek(&in->backlog, &size, &flags);
@@ -721,8 +733,9 @@ static void work_in_batches(struct np_ingest *in, uint64_t deadline) {
         in->njobs = in->next_job = 0;
         scan_arrivals(in);
         if (deadline && np_monotonic_ns() >= deadline)
-            break;
+            return false;
     }
+    return true;
 }
 
 uint64_t np_ingest_work(struct np_ingest *in, uint64_t max_ns) {
@@ -730,8 +743,12 @@ uint64_t np_ingest_work(struct np_ingest *in, uint64_t max_ns) {
         np_backlog_trim(&in->backlog);
     scan_arrivals(in);
     uint64_t deadline = max_ns ? np_monotonic_ns() + max_ns : 0;
-    if (in->workers) {
-        work_in_batches(in, deadline);
+    /* Workers only while this thread alone falls behind (its last slice
+     * ended with a batch still waiting), or for a last drain: a reader that
+     * keeps up handles records here, since handing one to a worker costs
+     * a wait and now and then a wake-up, more CPU than its stack. */
+    if (in->workers && (in->behind || !max_ns) && !work_in_batches(in, deadline)) {
+        in->behind = true;
         return np_backlog_waiting(&in->backlog);
     }
     size_t size;
@@ -749,7 +766,9 @@ uint64_t np_ingest_work(struct np_ingest *in, uint64_t max_ns) {
             scan_arrivals(in);
         rec = np_backlog_pop_peek(&in->backlog, &size, &flags);
     }
-    return np_backlog_waiting(&in->backlog);
+    uint64_t waiting = np_backlog_waiting(&in->backlog);
+    in->behind = waiting >= BATCH_RECORDS;
+    return waiting;
 }
 
 int np_ingest_record(void *ctx, void *data, size_t size) {

@@ -111,6 +111,8 @@ struct np_ingest_proc {
     struct np_map stack_texts;    /* hash of a PC sequence -> its folded text */
     uint64_t stack_text_bytes;    /* ... and the bytes it holds */
     uint64_t batch;               /* the last batch of records it had a stack job in */
+    unsigned worker;              /* the worker thread that builds its stacks, */
+    bool has_worker;              /* ... once given one (in turn, at its first job) */
 };
 
 /* Drops the cached stack texts (a library was loaded: names may change). */
@@ -175,7 +177,9 @@ struct np_ingest {
     struct stack_job *jobs;
     size_t njobs, next_job;
     uint64_t batch;                /* batches started */
+    unsigned next_worker;          /* the worker the next process new to them is given */
     struct stack_job *current_job; /* the job of the record being handled, or NULL */
+    bool behind; /* the last np_ingest_work ran out of time with a batch or more waiting */
 };
 
 /* libbpf ring_buffer sample callback; ctx is a struct np_ingest. With

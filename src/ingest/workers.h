@@ -1,7 +1,7 @@
 /* workers.h - the reader's worker threads: a fixed set of threads, each
  * running the jobs given to it in the order given. Jobs of one key (ingest
- * gives a process's stacks to one worker, by pid) run on one thread, one
- * after another; jobs of different workers run at once.
+ * gives each process its worker) run on one thread, one after another;
+ * jobs of different workers run at once.
  *
  * One thread submits and waits (the session's); a job is the submitter's
  * memory, embedded in whatever it describes, and is never freed by the
@@ -16,7 +16,7 @@
 struct np_job {
     void (*run)(struct np_job *job);
     struct np_job *next; /* in its worker's queue */
-    bool done;           /* set by the worker once run returned (under its lock) */
+    bool done;           /* set by the worker once run returned (atomic, release) */
 };
 
 struct np_workers;
