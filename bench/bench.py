@@ -299,20 +299,37 @@ def irq_work_count():
     return None
 
 
-def cpu_ns(pid):
-    """CPU time of every thread of a process so far (ns, /proc/PID/task/*/schedstat), or None."""
-    total = 0
+def cpu_ns_by_thread(pid):
+    """{thread name: CPU ns so far} of a process (/proc/PID/task/*/schedstat; threads of one
+    name summed), or None when it is gone."""
+    out = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return None
     for tid in tids:
         try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
+                out[name] = out.get(name, 0) + int(f.read().split()[0])
         except (OSError, ValueError, IndexError):
             pass
-    return total
+    return out
+
+
+def cpu_ns(pid):
+    """CPU time of every thread of a process so far (ns), or None."""
+    by_thread = cpu_ns_by_thread(pid)
+    return None if by_thread is None else sum(by_thread.values())
+
+
+def emit(text, out):
+    """Prints a report and, given a path, writes it there too."""
+    print(text)
+    if out:
+        with open(out, "w") as f:
+            f.write(text)
 
 
 def pin(pid, cpus):

@@ -173,11 +173,7 @@ def main():
         for name, _, _ in configs[1:]:
             L.append(f"\n{name}: read per CPU-second {med(results[name], 'read_per_cpu_s') / b:.2f}x "
                      f"{configs[0][0]}'s")
-    text = "\n".join(L) + "\n"
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    bench.emit("\n".join(L) + "\n", args.out)
     return 0
 
 

@@ -39,20 +39,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def thread_cpu(pid):
-    """{thread name: CPU ns so far} of a process (threads of one name summed)."""
+    """{thread name: CPU ns} of the tracer, its workers (np-unwind-N) as one."""
     out = {}
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                name = f.read().strip()
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                ns = int(f.read().split()[0])
-        except OSError:
-            continue
+    for name, ns in (bench.cpu_ns_by_thread(pid) or {}).items():
         name = "worker" if name.startswith("np-unwind-") else name
         out[name] = out.get(name, 0) + ns
     return out
@@ -63,6 +52,8 @@ def start_workloads(args):
     for i in range(args.procs):
         argv = [args.python, os.path.join(HERE, "py_threads_flat.py"), str(args.seconds),
                 "--threads", str(args.py_threads), "--depth", str(args.depth), "--pause"]
+        if args.new_stacks:
+            argv.append("--new-stacks")
         wl = bench.Proc(argv, f"workload{i}")
         procs.append(wl)
         if not wl.wait_line(r"^ready (\d+)$", 30, key="out"):
@@ -142,6 +133,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--python", default=None)
+    ap.add_argument("--new-stacks", action="store_true",
+                    help="about a new stack per launch (py_threads_flat.py --new-stacks)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -179,11 +172,7 @@ def main():
         L.append(f"| {t} | {med(t, 'per_s'):,.0f} | {med(t, 'per_s') / base:.2f}x | "
                  f"{med(t, 'cores'):.2f} | {med(t, 'wall'):.2f} | "
                  f"{med(t, 'dropped'):,.0f} | {med(t, 'read'):,.0f} |")
-    text = "\n".join(L) + "\n"
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    bench.emit("\n".join(L) + "\n", args.out)
     return 0
 
 
