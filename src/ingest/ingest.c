@@ -265,13 +265,9 @@ static void add_nccl_comm_id(const struct np_probe_site *site, struct np_launch 
         np_nccl_comm_id_decode(layout, l->ev->deref, layout->cfg.comm_len, &l->comm_id);
 }
 
-/* A launch the CUPTI marker took (the agent's fast path): its fixed part
- * as the int3 probe would have sent it - the arguments rebuilt from CUPTI's
- * params bytes, the return address the launch API's caller's - with its
- * stack unwound and cut (np_ingest_unwind_at_marker). NULL: not a launch
- * the fast path knows. */
-/* The fixed part of such a launch with its arguments rebuilt (*out), not
- * yet its return address; false: not a launch the fast path knows. */
+/* The fixed part of a launch the CUPTI marker took, its arguments rebuilt
+ * from CUPTI's params bytes (*out), not yet its return address; false: not
+ * a launch the fast path knows. */
 static bool at_marker_args(const struct np_launch_event *e, const struct np_probe_site *called,
                            struct np_launch_event *out) {
     const struct np_fast_def *f = np_fast_def_by_symbol(called->def->symbol);
@@ -287,6 +283,11 @@ static const char *site_library(struct np_ingest_proc *p, const struct np_probe_
     return site->lib_index < p->process->nlibs ? p->process->libs[site->lib_index].path : NULL;
 }
 
+/* A launch the CUPTI marker took (the agent's fast path): its fixed part
+ * as the int3 probe would have sent it - the arguments rebuilt, the return
+ * address the launch API's caller's - with its stack unwound and cut
+ * (np_ingest_unwind_at_marker; by its worker, when it has one). NULL: not a
+ * launch the fast path knows. */
 static const struct np_launch_event *at_marker_fixed(struct np_ingest *in, struct np_ingest_proc *p,
                                                      const struct np_launch_event *e,
                                                      const struct np_probe_site *site,
@@ -343,6 +344,14 @@ static struct np_ingest_proc *launch_source(struct np_ingest *in, const struct n
     return p;
 }
 
+/* What names the stack's entry frame instead of its own symbol: via a
+ * thunk, ips[0] is the thunk's target, so the function called is named;
+ * so it is when there is no symbolizer. NULL: its symbol. */
+static const char *entry_name_of(const struct np_ingest_proc *p, const struct np_launch_event *e,
+                                 const struct np_probe_site *called) {
+    return (e->flags & NP_LF_VIA_THUNK) || !p->sym ? called->def->symbol : NULL;
+}
+
 /* Whether a decoded launch of p is handed on now: recorded, or going into
  * a graph being captured (whose replays may be recorded). */
 static bool launch_wanted(struct np_ingest *in, struct np_ingest_proc *p,
@@ -351,16 +360,18 @@ static bool launch_wanted(struct np_ingest *in, struct np_ingest_proc *p,
            (in->ops->captured && in->ops->captured(in, p, l));
 }
 
-/* The texts of e's stack: its job's, or built here (after every job out:
- * a worker may be using the process). */
+/* The texts of e's stack: its job's, or built here - after every job out
+ * has run (a worker may be using the process), with the stack cache pinned
+ * while their texts wait to be handled (they may be read in place). */
 static struct np_stack_texts *launch_stack(struct np_ingest *in, struct np_ingest_proc *p,
                                            const struct np_launch_event *e,
                                            const char *entry_name) {
     if (in->current_job)
         return &in->current_job->texts;
-    if (jobs_out(in))
+    bool pinned = jobs_out(in);
+    if (pinned)
         np_workers_wait_all(in->workers);
-    np_ingest_build_stack(in, p, e, entry_name, false, &in->stack);
+    np_ingest_build_stack(in, p, e, entry_name, pinned, &in->stack);
     return &in->stack;
 }
 
@@ -413,11 +424,7 @@ static void handle_launch(struct np_ingest *in, const struct np_launch_event *e,
     if (called->def->layout == NP_LAYOUT_NCCL_LAUNCH)
         add_nccl_plan(in, called, &l, plan);
 
-    /* Via a thunk, ips[0] is the thunk's target: name the function called
-     * (also what names the entry when there is no symbolizer). */
-    bool name_entry = (e->flags & NP_LF_VIA_THUNK) || !p->sym;
-    struct np_stack_texts *stack =
-        launch_stack(in, p, raw, name_entry ? called->def->symbol : NULL);
+    struct np_stack_texts *stack = launch_stack(in, p, raw, entry_name_of(p, raw, called));
 
     if (l.is_nccl_op) {
         add_nccl_comm_id(called, &l);
@@ -477,10 +484,17 @@ static void handle_map(struct np_ingest *in, const struct np_map_event *m, size_
         in->ops->new_mapping(in, p, m->hdr.ts_ns);
 }
 
+/* Whether a record's header holds together: our version, a size within
+ * what was read. */
+static bool header_ok(const void *data, size_t size) {
+    const struct np_event_header *h = data;
+    return size >= sizeof(*h) && h->version == NP_EVENT_VERSION && h->size <= size;
+}
+
 static void dispatch(struct np_ingest *in, void *data, size_t size) {
     const struct np_event_header *h = data;
 
-    if (size < sizeof(*h) || h->version != NP_EVENT_VERSION || h->size > size) {
+    if (!header_ok(data, size)) {
         in->stats.malformed++;
         return;
     }
@@ -532,7 +546,7 @@ static void raw_dump(struct np_ingest *in, const void *data, size_t size) {
 /* Done as soon as a record is read; false: it is handled, nothing waits. */
 static bool arrived(struct np_ingest *in, void *data, size_t size) {
     const struct np_event_header *h = data;
-    if (size < sizeof(*h) || h->version != NP_EVENT_VERSION || h->size > size)
+    if (!header_ok(data, size))
         return true;            /* counted as malformed when handled */
     if (h->type == NP_EV_MAP) { /* new code: probed at once */
         handle_map(in, data, h->size);
@@ -629,10 +643,8 @@ static void free_jobs(struct np_ingest *in) {
 }
 
 int np_ingest_set_workers(struct np_ingest *in, unsigned n) {
-    if (n == 0)
+    if (n == 0 || !in->queue) /* without a backlog records are handled as read: none */
         return 0;
-    if (!in->queue)
-        return -EINVAL; /* records are handled as they are read: nothing to look ahead at */
     in->jobs = calloc(BATCH_RECORDS, sizeof(*in->jobs));
     if (!in->jobs)
         return -ENOMEM;
@@ -654,8 +666,7 @@ uint64_t np_ingest_worker_jobs(struct np_ingest *in, unsigned i) {
  * as can be told before its turn; fills in its job's inputs. */
 static bool job_for(struct np_ingest *in, const void *rec, size_t size, struct stack_job *j) {
     const struct np_event_header *h = rec;
-    if (size < sizeof(*h) || h->version != NP_EVENT_VERSION || h->size > size ||
-        h->type != NP_EV_LAUNCH || launch_malformed(rec, h->size))
+    if (!header_ok(rec, size) || h->type != NP_EV_LAUNCH || launch_malformed(rec, h->size))
         return false;
     const struct np_launch_event *e = rec;
     const struct np_probe_site *site, *called;
@@ -671,7 +682,7 @@ static bool job_for(struct np_ingest *in, const void *rec, size_t size, struct s
     j->in = in;
     j->p = p;
     j->e = e;
-    j->entry_name = (e->flags & NP_LF_VIA_THUNK) || !p->sym ? called->def->symbol : NULL;
+    j->entry_name = entry_name_of(p, e, called);
     j->entry_pc = called->addr;
     j->launch_lib = site_library(p, site);
     j->pinned = p->batch == in->batch; /* an earlier job of this batch may hand out texts */
@@ -729,7 +740,9 @@ static bool work_in_batches(struct np_ingest *in, uint64_t deadline) {
             rec = i + 1 < n ? np_backlog_pop_peek(&in->backlog, &size, &flags)
                             : (np_backlog_pop(&in->backlog), NULL);
         }
-        np_workers_wait_all(in->workers); /* a record handled early left its job out */
+        /* job_of waited for every job, unless the backlog ran out under the
+         * batch: no slot is given again while its job may run */
+        np_workers_wait_all(in->workers);
         in->njobs = in->next_job = 0;
         scan_arrivals(in);
         if (deadline && np_monotonic_ns() >= deadline)

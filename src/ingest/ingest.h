@@ -189,9 +189,9 @@ int np_ingest_record(void *ctx, void *data, size_t size);
 /* Sets the backlog up: records wait there, up to budget_bytes of memory
  * (0: no backlog, records are handled as they are read). */
 void np_ingest_set_backlog(struct np_ingest *in, uint64_t budget_bytes);
-/* Starts n worker threads that build the stacks of queued records (with a
- * backlog only; 0: none, stacks are built on the caller's thread).
- * Negative errno when they cannot be started. */
+/* Starts n worker threads that build the stacks of queued records (none
+ * without a backlog, or with n 0: stacks are built on the caller's
+ * thread). Negative errno when they cannot be started. */
 int np_ingest_set_workers(struct np_ingest *in, unsigned n);
 /* Worker threads started (0: none), and the stacks worker i built. */
 unsigned np_ingest_workers(const struct np_ingest *in);

@@ -218,7 +218,7 @@ static const struct np_ingest_ops ingest_ops = {
     .captured = captured,
 };
 
-/* --reader-threads auto: half the CPUs but one, at most 8 - the other half
+/* --reader-threads auto: half the CPUs less one, at most 8 - the other half
  * is the workload's; none on a host of 2 or 3 CPUs. */
 static unsigned auto_reader_threads(void) {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -226,18 +226,15 @@ static unsigned auto_reader_threads(void) {
     return n > 8 ? 8 : (unsigned)n;
 }
 
-/* Threads that build stacks beside the reader (without a backlog, records
- * are handled as read: none). One that cannot be started is not fatal: the
- * reader works alone, as it does with 0. */
+/* Threads that build stacks beside the reader. One that cannot be started
+ * is not fatal: the reader works alone, as it does with 0. */
 static void start_reader_threads(struct np_session *s) {
     unsigned n =
         s->opt.reader_threads < 0 ? auto_reader_threads() : (unsigned)s->opt.reader_threads;
-    if (!s->ingest.queue || n == 0)
-        return;
     int err = np_ingest_set_workers(&s->ingest, n);
     if (err)
         np_warn("cannot start %u reader threads (%s): the reader unwinds alone", n, strerror(-err));
-    else
+    else if (np_ingest_workers(&s->ingest))
         np_debug("%u reader threads unwind and symbolize", n);
 }
 
