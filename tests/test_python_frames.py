@@ -10,16 +10,18 @@ in its name, so file names go through every string width.
 """
 
 import json
+import re
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from lib.folded import PY_FRAME
-from lib.paths import REPO
-from lib.processes import interpreters
+from lib.paths import PROGS_ENV, REPO
+from lib.processes import interpreters, Workload
 from lib.run import Attached, record, run_ncclprobe
 from lib.skip import needs_bpf, needs_real_cudart
 
@@ -252,3 +254,30 @@ def test_frames_are_taken_from_bulk_copies_of_the_data_stack(tmp_path, python):
     t = chain.summary["totals"]
     assert t["python_read_errors"] == 0
     assert 0 < t["python_frames_from_bulk_reads"] < t["python_frames_read"], t
+
+
+@pytest.mark.parametrize("python", interpreters())
+def test_attach_to_an_interpreter_already_launching(tmp_path, python):
+    """A server is attached while it launches flat out (the no-restart case):
+    its very first recorded launch already carries its Python frames - no
+    launch comes out with the eval loop's native frames alone, as when the
+    probes fire before the frame walker knows the process."""
+    w = Workload([python, REPO / "tests/progs/py_launch.py", "--wait-signal", "--threads", "2",
+                  "--iters", "100000000"], env={"CUDART_PATH": PROGS_ENV["CUDART_PATH"]})
+    try:
+        w.go()
+        time.sleep(0.3)  # its threads are launching now
+        probe = Attached(tmp_path, [w.pid])
+        probe.wait_attached(pattern=rf"recording process {w.pid}\b")
+        time.sleep(0.5)
+        rec = probe.stop()
+        assert w.proc.poll() is None, "the workload ended before the attach: raise --iters"
+    finally:
+        w.kill()
+    assert rec.returncode == 0, rec.stderr
+    rows = rec.ext_lines()
+    assert len(rows) > 100, rec.stderr
+    chain = ["worker", "forward", "inner", "wrapper", "launch_one"]
+    for _, _, _, _, _, frames in rows:
+        names = [re.sub(r" \(.*", "", f).split(".")[-1] for f in frames if "(py_launch.py:" in f]
+        assert names == chain, frames

@@ -69,6 +69,7 @@ static int attach_pid(struct np_session *s, pid_t pid) {
         np_err("cannot read process %d: %s", pid, strerror(-err));
         return err;
     }
+    np_session_find_python(s, t); /* before the probes: see session.h */
     int n = np_attach_from_maps(&s->attacher, &t->proc, 0);
     if (n < 0) {
         np_err("cannot attach to process %d: %s", pid, strerror(-n));

@@ -148,7 +148,10 @@ void procs_reap_exited(struct daemon *d, bool ring_read) {
 static int attach_target(struct daemon *d, pid_t pid, uint64_t seen_ns, struct np_target **out) {
     struct np_target *t = NULL;
     int err = np_session_add_target(&d->s, pid, &t);
-    /* probes first: its first launch may come within milliseconds */
+    /* its Python runtime, then probes, then symbols: its first launch may
+     * come within milliseconds, and must come with its Python frames */
+    if (!err)
+        np_session_find_python(&d->s, t);
     int n = err ? err : np_attach_from_maps(&d->s.attacher, &t->proc, seen_ns);
     if (n >= 0 && (err = np_session_ensure_symbolizer(t)) < 0)
         n = err;

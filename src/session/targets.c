@@ -118,9 +118,13 @@ static void say_untested_runtimes(struct np_session *s, const struct np_target *
     }
 }
 
-void np_session_examine_libraries(struct np_session *s, struct np_target *t) {
+void np_session_find_python(struct np_session *s, struct np_target *t) {
     np_process_detect_python(&t->proc);
     enable_python(s, t);
+}
+
+void np_session_examine_libraries(struct np_session *s, struct np_target *t) {
+    np_session_find_python(s, t);
     say_untested_runtimes(s, t);
 }
 
