@@ -471,6 +471,29 @@ def test_filters_leave_unselected_processes_untraced(tmp_path_factory, workloads
         d.kill()
 
 
+def test_reader_threads_follow_the_cpu_budget(tmp_path_factory, workloads, tmp_path, daemon):
+    """reader_threads = auto: one thread per whole core of cpu_budget above the first, fewer
+    than the CPUs (docs/daemon.md); the default budget (10%) gives none. A daemon with them
+    writes every launch."""
+    assert daemon.status()["rate_limit"]["reader_threads"] == 0
+    d = own_daemon(tmp_path_factory, "rthr", include_comm="nprt*", cpu_budget="350%")
+    try:
+        st = d.status()
+        assert st["rate_limit"]["budget_percent"] == 350
+        assert st["rate_limit"]["reader_threads"] == min(2, (os.cpu_count() or 1) - 1)
+        w = launcher(workloads, "--threads", "2", "--iters", "2000",
+                     exe=comm_link(tmp_path, "nprtw"))
+        d.wait_traced(w.pid)
+        w.go()
+        assert w.launched() == 4000
+        assert total_launches(d.written_sets(w.pid)) == 4000
+        rc, _ = d.terminate()
+        assert rc == 0
+        d.assert_clean()
+    finally:
+        d.kill()
+
+
 @needs_tools("gdb")
 def test_a_process_under_a_debugger_is_left_to_it(tmp_path_factory, workloads, tmp_path):
     """The kernel hands a breakpoint that sits where a uprobe sits to the uprobe: traced, a

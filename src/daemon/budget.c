@@ -1,10 +1,12 @@
 /* budget.c - what the daemon may spend: its CPU time against cpu_budget
- * (over it, BPF keeps at most rate_limit launches per probe per second),
+ * (over it, BPF keeps at most rate_limit launches per probe per second; the
+ * cores it gives beyond one, reader threads),
  * what each process's probes dropped and rate-limited, and the cap on the
  * stack caches (cache_size). See internal.h. */
 #define _GNU_SOURCE
 #include <inttypes.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "daemon/internal.h"
 #include "ncclprobe.skel.h"
@@ -14,6 +16,16 @@ static uint64_t cpu_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+unsigned budget_reader_threads(double cpu_budget_percent) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long n = (long)(cpu_budget_percent / 100.0) - 1;
+    if (n > cpus - 1)
+        n = cpus - 1;
+    if (n > 8)
+        n = 8;
+    return n > 0 ? (unsigned)n : 0;
 }
 
 void budget_start(struct daemon *d) {

@@ -192,8 +192,8 @@ static int setup_session(struct daemon *d) {
     if (err)
         return err;
     np_settings_from_config(&d->cfg, &d->s.opt);
-    if (d->s.opt.reader_threads < 0) /* auto: cpu_budget is at most one core, one thread's */
-        d->s.opt.reader_threads = 0;
+    if (d->s.opt.reader_threads < 0)
+        d->s.opt.reader_threads = (long)budget_reader_threads(d->cfg.cpu_budget_percent);
     d->s.epfd = epoll_create1(EPOLL_CLOEXEC);
     err = d->s.epfd < 0 ? -errno : np_session_setup_signals(&d->s, SIGHUP);
     if (!err)

@@ -177,6 +177,10 @@ void converters_finish(struct daemon *d);
 
 /* ---- budget.c ---- */
 void budget_start(struct daemon *d);
+/* reader_threads = auto: one reader thread per whole core of cpu_budget
+ * above the first (the session's own thread spends that one), at most 8
+ * and fewer than the CPUs online. */
+unsigned budget_reader_threads(double cpu_budget_percent);
 /* Once a second: CPU use against cpu_budget; the rate limit on or off. */
 void budget_check(struct daemon *d, uint64_t now);
 /* A reloaded rate_limit applies at once while limiting. */

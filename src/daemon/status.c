@@ -132,6 +132,8 @@ static void load_json(struct daemon *d, cJSON *r) {
     np_status_add_number(rl, NP_ST_RATE_LIMIT_CPU_PERCENT, d->cpu_percent);
     np_status_add_number(rl, NP_ST_RATE_LIMIT_BUDGET_PERCENT, d->cfg.cpu_budget_percent);
     np_status_add_number(rl, NP_ST_RATE_LIMIT_ACTIVATIONS, (double)d->limit_activations);
+    np_status_add_number(rl, NP_ST_RATE_LIMIT_READER_THREADS,
+                         (double)np_ingest_workers(&d->s.ingest));
 }
 
 static void cupti_json(const struct daemon *d, cJSON *r) {

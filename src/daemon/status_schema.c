@@ -167,6 +167,9 @@ const struct np_status_field np_status_fields[NP_ST_COUNT] = {
         NUM(NP_ST_RATE_LIMIT, "budget_percent", "rate limit:", "budget %.1f%% CPU", "cpu_budget"),
     [NP_ST_RATE_LIMIT_ACTIVATIONS] = NUM(NP_ST_RATE_LIMIT, "activations", "rate limit:",
                                          "%.0f activations", "times the limit was turned on"),
+    [NP_ST_RATE_LIMIT_READER_THREADS] =
+        NUM(NP_ST_RATE_LIMIT, "reader_threads", "rate limit:", "%.0f reader threads",
+            "threads unwinding beside the reader (reader_threads; auto: from cpu_budget)"),
     [NP_ST_CUPTI] = GROUP("cupti", "the CUPTI libraries' socket"),
     [NP_ST_CUPTI_SOCKET] = {.parent = NP_ST_CUPTI, .key = "socket", .type = NP_STATUS_STRING,
                             .flags = NP_SF_NULL, .line = "cupti:", .show = NP_SHOW_STRING,

@@ -137,10 +137,11 @@ const struct np_setting np_settings_table[] = {
     {.key = "cache_size", .type = NP_V_SIZE, .min = MIB, .max = UINT64_MAX, .def = "256M",
      .allowed = "a size of at least 1M, e.g. 256M; K, M, G, T are binary",
      .help = "memory for the symbol and stack caches", CONF(U64, cache_bytes)},
-    {.key = "cpu_budget", .type = NP_V_PERCENT, .min = 1, .max = 100, .def = "10",
-     .allowed = "a percentage of one core from 1 to 100, e.g. 10 or 10%",
-     .help = "CPU the daemon may use (percent of one core) before\n"
-             "it rate-limits",
+    {.key = "cpu_budget", .type = NP_V_PERCENT, .min = 1, .max = 6400, .def = "10",
+     .allowed = "a percentage of one core from 1 to 6400, e.g. 10, 10% or 250 (2.5 cores)",
+     .help = "CPU the daemon may use (percent of one core, all its\n"
+             "threads) before it rate-limits; above 100, reader\n"
+             "threads (reader_threads = auto)",
      CONF(DOUBLE, cpu_budget_percent)},
     {.key = "rate_limit", .type = NP_V_UINT, .min = 1, .max = 1000000000, .def = "2000",
      .allowed = "launches per second, an integer from 1 to 1000000000",
@@ -171,8 +172,9 @@ const struct np_setting np_settings_table[] = {
      .help = "threads that unwind and symbolize beside the\n"
              "reader, a traced process's launches on one of them;\n"
              "0: the reader alone; auto: record, half the CPUs\n"
-             "less one (at most 8); the daemon, 0 (its cpu_budget\n"
-             "is at most one core)",
+             "less one (at most 8); the daemon, one per whole core\n"
+             "of cpu_budget above the first (at most 8, and fewer\n"
+             "than the CPUs)",
      REC(LONG, reader_threads), CONF(LONG, reader_threads)},
     /* call stacks */
     {.flag = "unwind", .metavar = "MODE", .key = "unwind", .type = NP_V_ENUM, .names = unwind_names,

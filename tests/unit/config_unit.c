@@ -296,7 +296,7 @@ static void test_bad_values(void) {
     expect_bad_value("cache_size = 0", "cache_size", "too small");
     expect_bad_value("cache_size = -1M", "cache_size", "not a size");
     expect_bad_value("cpu_budget = 0", "cpu_budget", "'0' is out of range (expected a percentage");
-    expect_bad_value("cpu_budget = 101%", "cpu_budget", "out of range");
+    expect_bad_value("cpu_budget = 6401%", "cpu_budget", "out of range");
     expect_bad_value("cpu_budget = 0.5", "cpu_budget", "out of range");
     expect_bad_value("cpu_budget = 10 %", "cpu_budget", "not a percentage");
     expect_bad_value("cpu_budget = 1e1", "cpu_budget", "not a percentage");
@@ -359,7 +359,7 @@ static void test_good_edges(void) {
                 "max_window = 36500d\n"
                 "gpu_timeout = 1h\n"
                 "ring_buffer = 1G\n"
-                "cpu_budget = 100\n"
+                "cpu_budget = 6400\n"
                 "rate_limit = 1000000000\n"
                 "stack_bytes = 65536\n"
                 "python_depth = 1024\n",
@@ -369,7 +369,7 @@ static void test_good_edges(void) {
     CHECK(c.max_window_ms == 36500ull * 86400000);
     CHECK(c.gpu_timeout_ms == 3600000);
     CHECK(c.ring_buffer_bytes == GIB);
-    CHECK(c.cpu_budget_percent == 100);
+    CHECK(c.cpu_budget_percent == 6400); /* 64 cores */
     CHECK(c.rate_limit == 1000000000);
     CHECK(c.stack_bytes == 65536);
     CHECK(c.python_depth == 1024);
