@@ -98,11 +98,12 @@ void budget_proc_counters(const struct daemon *d, pid_t pid, uint64_t *drops, ui
 }
 
 /* An estimate of the caches that grow with distinct stacks: each target's
- * stack texts (the symbolizers' own caches follow the libraries mapped). */
+ * stack and Python frame texts (the symbolizers' own caches follow the
+ * libraries mapped). */
 uint64_t budget_cache_bytes(const struct daemon *d) {
     uint64_t n = 0;
     for (size_t i = 0; i < d->s.ntargets; i++)
-        n += d->s.targets[i]->in.stack_text_bytes;
+        n += d->s.targets[i]->in.stack_text_bytes + d->s.targets[i]->in.py_frame_text_bytes;
     return n;
 }
 

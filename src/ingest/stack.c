@@ -169,35 +169,117 @@ static void native_location(struct np_str *out, const struct np_frame *f,
     np_str_append(out, "}");
 }
 
+/* A Python frame's texts, kept per process by (code object, instruction):
+ * a new stack mostly repeats frames of stacks before it, and formatting a
+ * frame (its line from the line table, the short file name, escaping) is
+ * most of what a new Python stack costs. One allocation: the three texts
+ * follow. Bounded: past PY_FRAME_CACHE_MAX entries the cache starts over;
+ * and when the process's code objects change address (np_pycode_generation). */
+#define PY_FRAME_CACHE_MAX 65536
+
+struct py_frame_text {
+    uint64_t code;
+    int32_t instr;
+    uint32_t size; /* of the whole allocation */
+    const char *folded, *detailed;
+    char location[]; /* its locations entry ("{...}"), then folded, then detailed */
+};
+
+static uint64_t py_frame_key(uint64_t code, int32_t instr) {
+    return (code ^ (uint64_t)(uint32_t)instr * 0x9e3779b97f4a7c15ull) * 0xff51afd7ed558ccdull;
+}
+
+static void forget_py_frames(struct np_ingest_proc *p) {
+    np_map_free(&p->py_frame_texts, free);
+    p->py_frame_text_bytes = 0;
+}
+
 /* "qualname (file.py:LINE)": the short file name in the folded text, the
- * full path in the detailed one. */
-static void append_python(struct np_ingest_proc *t, const struct np_py_frame *f,
-                          struct np_stack_texts *out) {
+ * full path in the detailed one. NULL: its code object is unreadable (or
+ * no memory). */
+static struct py_frame_text *format_python(struct np_ingest_proc *t, const struct np_py_frame *f) {
     struct np_py_location loc;
-    char name[1024], file[4096], text[5200];
+    char name[1024], file[4096], text[2][5200];
     int err = t->pycode ? np_pycode_locate(t->pycode, f->code, f->instr, &loc) : -ENOENT;
     if (err || !loc.name) {
         np_debug("pid %d: Python code object 0x%" PRIx64 ": %s", t->process->pid, (uint64_t)f->code,
                  err ? strerror(-err) : "no name");
+        return NULL;
+    }
+    np_sanitize_frame(name, sizeof(name), loc.name, false);
+    const char *path = loc.filename ? loc.filename : "?";
+    for (int detailed = 0; detailed < 2; detailed++) {
+        np_sanitize_frame(file, sizeof(file), detailed ? path : np_py_short_filename(path), false);
+        if (loc.line >= 0)
+            snprintf(text[detailed], sizeof(text[0]), "%s (%s:%d)", name, file, loc.line);
+        else
+            snprintf(text[detailed], sizeof(text[0]), "%s (%s)", name, file);
+    }
+    struct np_str location = {0};
+    open_location(&location);
+    add_location_file(&location, path, loc.line, true);
+    np_str_append(&location, "}");
+    size_t llen = location.len + 1, flen = strlen(text[0]) + 1, dlen = strlen(text[1]) + 1;
+    struct py_frame_text *p = location.failed ? NULL : malloc(sizeof(*p) + llen + flen + dlen);
+    if (p) {
+        *p = (struct py_frame_text){.code = f->code,
+                                    .instr = f->instr,
+                                    .size = (uint32_t)(sizeof(*p) + llen + flen + dlen)};
+        memcpy(p->location, np_str_cstr(&location), llen);
+        p->folded = memcpy(p->location + llen, text[0], flen);
+        p->detailed = memcpy(p->location + llen + flen, text[1], dlen);
+    }
+    np_str_free(&location);
+    return p;
+}
+
+/* The frame's texts from the process's cache, or formatted and kept; when
+ * they could not be kept (no memory), *unkept: the caller frees them. */
+static struct py_frame_text *python_texts(struct np_ingest_proc *t, const struct np_py_frame *f,
+                                          bool *unkept) {
+    *unkept = false;
+    uint64_t gen = t->pycode ? np_pycode_generation(t->pycode) : 0;
+    if (gen != t->py_frame_gen || t->py_frame_texts.count >= PY_FRAME_CACHE_MAX) {
+        forget_py_frames(t);
+        t->py_frame_gen = gen;
+    }
+    uint64_t key = py_frame_key(f->code, f->instr);
+    struct py_frame_text *p = np_map_get_u64(&t->py_frame_texts, key);
+    if (p && p->code == f->code && p->instr == f->instr)
+        return p;
+    struct py_frame_text *fresh = format_python(t, f);
+    if (!fresh)
+        return NULL;
+    if (np_map_put_u64(&t->py_frame_texts, key, fresh) < 0) {
+        *unkept = true;
+        return fresh;
+    }
+    if (p) /* another frame with the same key: replaced */
+        t->py_frame_text_bytes -= p->size;
+    free(p);
+    t->py_frame_text_bytes += fresh->size;
+    return fresh;
+}
+
+static void append_python(struct np_ingest_proc *t, const struct np_py_frame *f,
+                          struct np_stack_texts *out) {
+    bool unkept;
+    struct py_frame_text *p = python_texts(t, f, &unkept);
+    if (!p) {
+        char text[64];
         snprintf(text, sizeof(text), NP_FRAME_PY_CODE_PREFIX "%" PRIx64 "]", (uint64_t)f->code);
         append_frame(&out->folded, text);
         append_frame(&out->detailed, text);
         np_ingest_append_location(&out->locations);
         return;
     }
-    open_location(&out->locations);
-    add_location_file(&out->locations, loc.filename ? loc.filename : "?", loc.line, true);
-    np_str_append(&out->locations, "}");
-    np_sanitize_frame(name, sizeof(name), loc.name, false);
-    for (int detailed = 0; detailed < 2; detailed++) {
-        const char *path = loc.filename ? loc.filename : "?";
-        np_sanitize_frame(file, sizeof(file), detailed ? path : np_py_short_filename(path), false);
-        if (loc.line >= 0)
-            snprintf(text, sizeof(text), "%s (%s:%d)", name, file, loc.line);
-        else
-            snprintf(text, sizeof(text), "%s (%s)", name, file);
-        append_frame(detailed ? &out->detailed : &out->folded, text);
-    }
+    if (out->locations.len)
+        np_str_append(&out->locations, ",");
+    np_str_append(&out->locations, p->location);
+    append_frame(&out->folded, p->folded);
+    append_frame(&out->detailed, p->detailed);
+    if (unkept)
+        free(p);
 }
 
 static void append_native(struct np_ingest_proc *t, const struct stack_input *in, uint32_t i,
@@ -329,6 +411,7 @@ static uint64_t hash_key(const uint8_t *key, size_t len) {
 void np_ingest_proc_forget_stacks(struct np_ingest_proc *p) {
     p->stack_text_bytes = 0;
     np_map_free(&p->stack_texts, free);
+    forget_py_frames(p);
 }
 
 /* Remembers texts under key; returns the entry's serial number (0: not

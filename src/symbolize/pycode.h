@@ -37,6 +37,10 @@ int np_pycode_load(struct np_pycode *c, uint64_t code);
 /* Looks up one frame, from the cache when the code object is in it (else
  * as np_pycode_load): 0 and *out filled, or -errno. */
 int np_pycode_locate(struct np_pycode *c, uint64_t code, int32_t instr, struct np_py_location *out);
+/* Moves whenever an address's code object is replaced by another (or the
+ * cache starts over): texts kept by code address older than it may name
+ * what is no longer there. */
+uint64_t np_pycode_generation(const struct np_pycode *c);
 
 /* Line of the instruction at byte offset addr, from a code object's line
  * table; firstlineno for addr < 0 (a frame that has not started); -1 when
