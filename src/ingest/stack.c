@@ -340,8 +340,10 @@ static void write_stack(struct np_ingest *ing, struct np_ingest_proc *t,
  * serving loop launches the same few hundred call paths); this skips
  * symbolizing and joining the frames again. The key is everything the text
  * depends on: PCs, Python frames, markers. Bounded: past STACK_CACHE_MAX
- * entries the cache starts over. */
+ * entries or STACK_CACHE_MAX_BYTES of texts the cache starts over (65536
+ * deep Python stacks hold ~650 MiB). */
 #define STACK_CACHE_MAX 65536
+#define STACK_CACHE_MAX_BYTES (128ull << 20)
 
 struct cached_stack { /* one allocation: the key, then the three texts */
     size_t key_len;
@@ -408,9 +410,13 @@ static uint64_t hash_key(const uint8_t *key, size_t len) {
     (5 * sizeof(uintptr_t) + NP_UNWIND_MAX_FRAMES * 8 +                                            \
      NP_PY_MAX_FRAMES * sizeof(struct np_py_frame))
 
-void np_ingest_proc_forget_stacks(struct np_ingest_proc *p) {
+static void forget_stack_texts(struct np_ingest_proc *p) {
     p->stack_text_bytes = 0;
     np_map_free(&p->stack_texts, free);
+}
+
+void np_ingest_proc_forget_stacks(struct np_ingest_proc *p) {
+    forget_stack_texts(p);
     forget_py_frames(p);
 }
 
@@ -421,10 +427,10 @@ void np_ingest_proc_forget_stacks(struct np_ingest_proc *p) {
 static uint64_t remember_stack(struct np_ingest_proc *t, uint64_t hash, const uint8_t *key,
                                size_t key_len, const struct np_stack_texts *texts, bool pinned) {
     static uint64_t last_serial;
-    if (t->stack_texts.count >= STACK_CACHE_MAX) {
+    if (t->stack_texts.count >= STACK_CACHE_MAX || t->stack_text_bytes >= STACK_CACHE_MAX_BYTES) {
         if (pinned)
             return 0;
-        np_ingest_proc_forget_stacks(t);
+        forget_stack_texts(t); /* its Python frames' texts stay: new stacks repeat them */
     }
     struct cached_stack *old = np_map_get_u64(&t->stack_texts, hash);
     if (old && pinned)
