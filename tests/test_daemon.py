@@ -366,6 +366,21 @@ def wait_log(daemon, pattern, timeout=10):
     return wait_for(lambda: re.search(pattern, daemon.stderr()), timeout, f"log /{pattern}/")
 
 
+def launches_all_written(d, w, n):
+    """Lets the waiting launcher w go once d traces it: it made n launches, all in d's sets."""
+    d.wait_traced(w.pid)
+    w.go()
+    assert w.launched() == n
+    assert total_launches(d.written_sets(w.pid)) == n
+
+
+def terminate_clean(d):
+    """SIGTERM: d exits 0 and leaves nothing behind."""
+    rc, _ = d.terminate()
+    assert rc == 0
+    d.assert_clean()
+
+
 def test_sigterm_flushes_every_set(tmp_path_factory, workloads, tmp_path):
     d = own_daemon(tmp_path_factory, "term", include_comm="npterm*")
     try:
@@ -483,13 +498,8 @@ def test_reader_threads_follow_the_cpu_budget(tmp_path_factory, workloads, tmp_p
         assert st["rate_limit"]["reader_threads"] == min(2, (os.cpu_count() or 1) - 1)
         w = launcher(workloads, "--threads", "2", "--iters", "2000",
                      exe=comm_link(tmp_path, "nprtw"))
-        d.wait_traced(w.pid)
-        w.go()
-        assert w.launched() == 4000
-        assert total_launches(d.written_sets(w.pid)) == 4000
-        rc, _ = d.terminate()
-        assert rc == 0
-        d.assert_clean()
+        launches_all_written(d, w, 4000)
+        terminate_clean(d)
     finally:
         d.kill()
 
@@ -510,13 +520,8 @@ def test_a_process_under_a_debugger_is_left_to_it(tmp_path_factory, workloads, t
         assert st["discovery"]["skipped_ptraced"] >= 1
         assert st["discovery"]["attached"] == 0
         plain = launcher(workloads, "--iters", "3", exe=exe)
-        d.wait_traced(plain.pid)
-        plain.go()
-        assert plain.launched() == 3
-        assert total_launches(d.written_sets(plain.pid)) == 3
-        rc, _ = d.terminate()
-        assert rc == 0
-        d.assert_clean()
+        launches_all_written(d, plain, 3)
+        terminate_clean(d)
     finally:
         d.kill()
 
