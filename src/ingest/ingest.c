@@ -108,11 +108,17 @@ static bool really_nested(struct np_ingest *in, struct np_ingest_proc *p,
 }
 
 /* Reads the code objects of a Python stack not seen before, while they
- * still exist: a script's module code lives until the script ends. */
+ * still exist: a script's module code lives until the script ends. One
+ * found where another was cached makes the texts kept by code address
+ * (stacks, frames) name the old one: they go. Between batches, as every
+ * change to a process (see "Worker threads"). */
 static void load_python_code(struct np_ingest_proc *p, const struct np_launch_event *e) {
     const struct np_py_frame *py = np_launch_py(e);
+    bool replaced = false;
     for (uint32_t i = 0; i < e->n_py; i++)
-        np_pycode_load(p->pycode, py[i].code);
+        replaced |= np_pycode_load(p->pycode, py[i].code) == 1;
+    if (replaced)
+        np_ingest_proc_forget_stacks(p);
 }
 
 static void handle_marker(struct np_ingest *in, const struct np_marker_event *m, size_t size) {

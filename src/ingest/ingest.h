@@ -112,14 +112,14 @@ struct np_ingest_proc {
     uint64_t stack_text_bytes;    /* ... and the bytes it holds */
     struct np_map py_frame_texts; /* (code object, instruction) -> a Python frame's texts */
     uint64_t py_frame_text_bytes; /* ... and the bytes it holds */
-    uint64_t py_frame_gen;        /* np_pycode_generation they were made at */
     uint64_t batch;               /* the last batch of records it had a stack job in */
     unsigned worker;              /* the worker thread that builds its stacks, */
     bool has_worker;              /* ... once given one (in turn, at its first job) */
 };
 
-/* Drops the cached stack and Python frame texts (a library was loaded:
- * names may change; over the daemon's cache_size; the process is gone). */
+/* Drops the cached stack and Python frame texts (a library was loaded or a
+ * code object replaced: names may change; over the daemon's cache_size;
+ * the process is gone). */
 void np_ingest_proc_forget_stacks(struct np_ingest_proc *p);
 
 struct np_ingest;

@@ -174,7 +174,8 @@ static void native_location(struct np_str *out, const struct np_frame *f,
  * frame (its line from the line table, the short file name, escaping) is
  * most of what a new Python stack costs. One allocation: the three texts
  * follow. Bounded: past PY_FRAME_CACHE_MAX entries the cache starts over;
- * and when the process's code objects change address (np_pycode_generation). */
+ * forgotten with the stack texts (np_ingest_proc_forget_stacks), e.g. when
+ * a code object's address holds another one. */
 #define PY_FRAME_CACHE_MAX 65536
 
 struct py_frame_text {
@@ -238,11 +239,8 @@ static struct py_frame_text *format_python(struct np_ingest_proc *t, const struc
 static struct py_frame_text *python_texts(struct np_ingest_proc *t, const struct np_py_frame *f,
                                           bool *unkept) {
     *unkept = false;
-    uint64_t gen = t->pycode ? np_pycode_generation(t->pycode) : 0;
-    if (gen != t->py_frame_gen || t->py_frame_texts.count >= PY_FRAME_CACHE_MAX) {
+    if (t->py_frame_texts.count >= PY_FRAME_CACHE_MAX)
         forget_py_frames(t);
-        t->py_frame_gen = gen;
-    }
     uint64_t key = py_frame_key(f->code, f->instr);
     struct py_frame_text *p = np_map_get_u64(&t->py_frame_texts, key);
     if (p && p->code == f->code && p->instr == f->instr)

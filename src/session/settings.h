@@ -87,8 +87,8 @@ struct np_daemon_config {
     struct np_globs include_comm, exclude_comm, include_exe, exclude_exe, include_cgroup,
         exclude_cgroup, include_container, exclude_container;
     uint64_t max_output_bytes, cache_bytes, ring_buffer_bytes, reader_backlog_bytes;
-    double cpu_budget_percent; /* 1..100 */
-    long reader_threads;       /* -1: auto (none: see np_session_reader_threads) */
+    double cpu_budget_percent; /* 1..6400 */
+    long reader_threads;       /* -1: auto (budget_reader_threads) */
     uint64_t rate_limit;       /* launches/s per probe while over budget, 1..1e9 */
     enum unwind_mode unwind;
     uint64_t stack_bytes, python_depth;

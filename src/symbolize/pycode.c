@@ -37,7 +37,6 @@ struct np_pycode {
     pid_t pid;
     const struct np_python_layout *l;
     struct np_map codes; /* code address -> struct code_entry */
-    uint64_t generation; /* np_pycode_generation */
 };
 
 struct np_pycode *np_pycode_new(pid_t pid, const struct np_python_layout *layout) {
@@ -307,7 +306,6 @@ int np_pycode_load(struct np_pycode *c, uint64_t code) {
         np_map_free(&c->codes, free_entry);
         np_map_init(&c->codes);
         e = NULL;
-        c->generation++;
     }
     struct code_entry *fresh = load_entry(c, &fp);
     if (!fresh)
@@ -316,23 +314,18 @@ int np_pycode_load(struct np_pycode *c, uint64_t code) {
         free_entry(fresh);
         return -ENOMEM;
     }
-    if (e) { /* replaced: the address holds another code object now */
-        free_entry(e);
-        c->generation++;
-    }
-    return 0;
-}
-
-uint64_t np_pycode_generation(const struct np_pycode *c) {
-    return c->generation;
+    if (!e)
+        return 0;
+    free_entry(e); /* replaced: the address holds another code object now */
+    return 1;
 }
 
 int np_pycode_locate(struct np_pycode *c, uint64_t code, int32_t instr,
                      struct np_py_location *out) {
     struct code_entry *e = np_map_get_u64(&c->codes, code);
     if (!e) {
-        int err = np_pycode_load(c, code);
-        if (err)
+        int err = np_pycode_load(c, code); /* not cached: nothing replaced */
+        if (err < 0)
             return err;
         e = np_map_get_u64(&c->codes, code);
     }

@@ -30,17 +30,15 @@ void np_pycode_free(struct np_pycode *c);
 
 /* (Re)reads the code object at code from the process, unless the cached
  * one is still there (same type, name, file and line-table pointers):
- * 0, or -errno (-EFAULT: unreadable, -EINVAL: not a code object). Called
- * for the frames of a stack not seen before, as soon as it arrives. */
+ * 0; 1 when it replaced another code object cached at that address (what
+ * was named by the address may now be named wrongly); or -errno (-EFAULT:
+ * unreadable, -EINVAL: not a code object). Called for the frames of a stack
+ * not seen before, as soon as it arrives. */
 int np_pycode_load(struct np_pycode *c, uint64_t code);
 
 /* Looks up one frame, from the cache when the code object is in it (else
  * as np_pycode_load): 0 and *out filled, or -errno. */
 int np_pycode_locate(struct np_pycode *c, uint64_t code, int32_t instr, struct np_py_location *out);
-/* Moves whenever an address's code object is replaced by another (or the
- * cache starts over): texts kept by code address older than it may name
- * what is no longer there. */
-uint64_t np_pycode_generation(const struct np_pycode *c);
 
 /* Line of the instruction at byte offset addr, from a code object's line
  * table; firstlineno for addr < 0 (a frame that has not started); -1 when
