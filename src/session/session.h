@@ -136,13 +136,13 @@ void np_session_remove_target(struct np_session *s, struct np_target *t);
 bool np_session_all_targets_gone(const struct np_session *s);
 int np_session_ensure_symbolizer(struct np_target *t);
 /* Finds the CPython runtime and hands its layout to the frame walker; a
- * no-op once found. Called before a running process is probed: a probe that
- * fired first would record launches without their Python frames. */
+ * no-op once found. Called before probes are placed (on a process found
+ * running, or on a library it just mapped): a probe that fired first would
+ * record launches without their Python frames. */
 void np_session_find_python(struct np_session *s, struct np_target *t);
-/* After probes were placed: finds the CPython runtime (when it came with a
- * library just mapped), and says (once per session and version) a CUDA
+/* After probes were placed: says (once per session and version) a CUDA
  * runtime newer or older than the tested ones. */
-void np_session_examine_libraries(struct np_session *s, struct np_target *t);
+void np_session_check_runtimes(struct np_session *s, struct np_target *t);
 /* A target mapped new code: probe it, refresh its symbols. */
 void np_session_on_new_mapping(struct np_session *s, struct np_target *t, uint64_t ts_ns);
 

@@ -123,8 +123,7 @@ void np_session_find_python(struct np_session *s, struct np_target *t) {
     enable_python(s, t);
 }
 
-void np_session_examine_libraries(struct np_session *s, struct np_target *t) {
-    np_session_find_python(s, t);
+void np_session_check_runtimes(struct np_session *s, struct np_target *t) {
     say_untested_runtimes(s, t);
 }
 
@@ -132,14 +131,15 @@ void np_session_examine_libraries(struct np_session *s, struct np_target *t) {
 void np_session_on_new_mapping(struct np_session *s, struct np_target *t, uint64_t ts_ns) {
     if (t->exited)
         return;
-    /* Probes first: the program runs on while we work, and its first
-     * launch may come within milliseconds of the dlopen. Symbols after:
-     * records are read in order, so the refresh still comes before the
-     * records that need it. */
+    /* The Python runtime (a no-op once found), then probes: the program
+     * runs on while we work, and its first launch may come within
+     * milliseconds of the dlopen. Symbols after: records are read in order,
+     * so the refresh still comes before the records that need it. */
+    np_session_find_python(s, t);
     int n = np_attach_from_maps(&s->attacher, &t->proc, ts_ns);
     if (!t->in.sym) /* the first load of a -- CMD child: it has exec'd since we forked it */
         np_target_refresh_identity(t);
-    np_session_examine_libraries(s, t);
+    np_session_check_runtimes(s, t);
     np_session_ensure_symbolizer(t);
     np_ingest_proc_forget_stacks(&t->in); /* addresses may name other functions now */
     if (t->proc.hold_loads)
