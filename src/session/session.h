@@ -136,9 +136,9 @@ void np_session_remove_target(struct np_session *s, struct np_target *t);
 bool np_session_all_targets_gone(const struct np_session *s);
 int np_session_ensure_symbolizer(struct np_target *t);
 /* Finds the CPython runtime and hands its layout to the frame walker; a
- * no-op once found. Called before probes are placed (on a process found
- * running, or on a library it just mapped): a probe that fired first would
- * record launches without their Python frames. */
+ * no-op once found. Called before a process found running is probed: a
+ * probe that fired first would record launches without their Python frames
+ * (and again when it maps a library). */
 void np_session_find_python(struct np_session *s, struct np_target *t);
 /* After probes were placed: says (once per session and version) a CUDA
  * runtime newer or older than the tested ones. */

@@ -131,14 +131,17 @@ void np_session_check_runtimes(struct np_session *s, struct np_target *t) {
 void np_session_on_new_mapping(struct np_session *s, struct np_target *t, uint64_t ts_ns) {
     if (t->exited)
         return;
-    /* The Python runtime (a no-op once found), then probes: the program
-     * runs on while we work, and its first launch may come within
-     * milliseconds of the dlopen. Symbols after: records are read in order,
-     * so the refresh still comes before the records that need it. */
-    np_session_find_python(s, t);
+    /* Probes first: the program runs on while we work, and its first
+     * launch may come within milliseconds of the dlopen (the CUPTI library
+     * the daemon injects: its marker's). The Python runtime of a process
+     * found running was looked for before its first probes; here it is
+     * looked for once more (a no-op once found), for a runtime that comes
+     * with this library. Symbols after: records are read in order, so the
+     * refresh still comes before the records that need it. */
     int n = np_attach_from_maps(&s->attacher, &t->proc, ts_ns);
     if (!t->in.sym) /* the first load of a -- CMD child: it has exec'd since we forked it */
         np_target_refresh_identity(t);
+    np_session_find_python(s, t);
     np_session_check_runtimes(s, t);
     np_session_ensure_symbolizer(t);
     np_ingest_proc_forget_stacks(&t->in); /* addresses may name other functions now */
