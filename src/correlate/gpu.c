@@ -138,6 +138,7 @@ int np_gpu_join_launch(struct np_gpu_join *j, uint32_t pid, uint32_t tid,
     l->pid = pid, l->tid = tid, l->stack_id = held->stack_id, l->tag = held->tag;
     l->owner = held->owner, l->handle = held->handle, l->cookie = held->cookie;
     l->accepts_runtime = runtime_api;
+    l->before_start = held->before_start;
     l->added_ns = now;
     l->json = strdup(held->json);
     l->ext = strdup(held->ext ? held->ext : "");
@@ -288,9 +289,9 @@ void np_gpu_join_record(struct np_gpu_join *j, uint32_t pid, const struct np_gpu
 
 /* ---- retiring --------------------------------------------------------------- */
 
-void np_gpu_join_library_started(struct np_gpu_join *j, uint32_t pid) {
+void np_gpu_join_library_started(struct np_gpu_join *j, uint32_t pid, uint64_t started_ns) {
     for (struct np_gpu_launch *l = j->oldest; l; l = l->next)
-        if (l->pid == pid)
+        if (l->pid == pid && l->added_ns < started_ns)
             l->before_start = true;
 }
 

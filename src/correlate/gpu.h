@@ -44,6 +44,9 @@ struct np_gpu_held {
     void *extra;
     void (*free_extra)(void *extra);
     uint64_t cookie; /* the caller's, handed back (the daemon's live profile key) */
+    /* made before its process's library started (np_gpu_join_library_started's
+     * time): no record will come, it retires as NONE without one */
+    bool before_start;
 };
 /* Stands for the kernel's name in a held launch's JSON: a control byte, which JSON text escapes,
  * so it is never part of what was rendered around it. */
@@ -110,12 +113,15 @@ void np_gpu_join_marker(struct np_gpu_join *j, uint32_t pid, uint32_t tid, uint3
                         uint32_t domain, uint64_t now);
 void np_gpu_join_record(struct np_gpu_join *j, uint32_t pid, const struct np_gpu_record *r,
                         uint64_t now);
-/* pid's library starts sending now (brought into a running process, or
- * woken): the launches held for pid so far were made before that - CUPTI was
- * off, or on with nobody to send to. They wait on (their records, or the
- * library's names of their kernels, may still come) and retire as NONE, not
- * PENDING, when no record comes. */
-void np_gpu_join_library_started(struct np_gpu_join *j, uint32_t pid);
+/* pid's library started sending at started_ns (CLOCK_MONOTONIC; brought
+ * into a running process, or woken): the launches held for pid that were
+ * made before then ran while CUPTI was off, or on with nobody to send to.
+ * They wait on (their records, or the library's names of their kernels, may
+ * still come) and retire as NONE, not PENDING, when no record comes. Decided
+ * by the launch's time, not by when it was read: a launch made before the
+ * library started can be read from the ring after its HELLO (the caller
+ * sets np_gpu_held.before_start for those). */
+void np_gpu_join_library_started(struct np_gpu_join *j, uint32_t pid, uint64_t started_ns);
 /* Retires what is due at `now`. */
 void np_gpu_join_tick(struct np_gpu_join *j, uint64_t now);
 /* Nothing more will come from pid (its library disconnected, or stayed out):

@@ -166,8 +166,14 @@ static void gpu_on_hello(void *ctx, pid_t pid, const struct np_wire_hello *h) {
         t->gpu_off = false;
         /* A library brought in live said hello: CUPTI is on. What was held
          * before ran while it was off (or had no one to send to). */
-        if (t->agent.origin == NP_AGENT_INJECTED || t->agent.origin == NP_AGENT_WOKEN)
-            np_gpu_join_library_started(s->gpu_join, (uint32_t)pid);
+        if (t->agent.origin == NP_AGENT_INJECTED || t->agent.origin == NP_AGENT_WOKEN) {
+            /* CUPTI was on when the HELLO was sent: on our clock, unless a
+             * time namespace shifts the target's (then when it came) */
+            uint64_t now = np_monotonic_ns();
+            t->gpu_started_ns =
+                t->gpu_clock_offset_ns || h->clock_mono_ns > now ? now : h->clock_mono_ns;
+            np_gpu_join_library_started(s->gpu_join, (uint32_t)pid, t->gpu_started_ns);
+        }
         np_info("pid %d (%s): GPU records from %s", t->proc.pid, t->comm, h->message);
         return;
     }

@@ -80,6 +80,8 @@ static void write_launch(struct np_session *s, struct np_target *t, struct np_ou
         .extra = replay,
         .free_extra = replay ? np_graph_replay_free : NULL,
         .cookie = cookie,
+        /* read after its library's HELLO, made before it: CUPTI was off */
+        .before_start = e->hdr.ts_ns < t->gpu_started_ns,
     };
     int err =
         np_gpu_join_launch(s->gpu_join, e->hdr.pid, e->hdr.tid, &held, runtime_api, e->hdr.ts_ns);

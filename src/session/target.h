@@ -39,6 +39,7 @@ struct np_target {
     bool gpu_hello;                 /* its library said hello on the GPU socket */
     uint64_t gpu_first_held_ns;     /* when a launch first waited for its GPU records */
     int64_t gpu_clock_offset_ns;    /* its CLOCK_MONOTONIC minus ours, when over a second */
+    uint64_t gpu_started_ns;        /* when its live-brought library last said hello (ours) */
     uint32_t gpu_status;            /* enum np_hello_status */
     char gpu_message[256];          /* what the library said (why it stayed out) */
     struct np_wire_stats gpu_stats; /* the library's last counters */

@@ -550,6 +550,41 @@ static void test_gpu_join(void) {
     np_gpu_join_free(j);
 }
 
+/* A library brought in live started at 300 ms: a launch made before then
+ * had no CUPTI and retires as NONE, one made after it and given no record
+ * is PENDING - by the launch's time, whether it was read before the HELLO
+ * or after it (the ring is read behind the socket). */
+static void test_gpu_join_library_started(void) {
+    struct joined got = {0};
+    struct np_gpu_ops ops = {.ctx = &got, .retire = on_retire, .unmatched = on_unmatched};
+    const uint64_t ms = 1000000;
+    struct np_gpu_join *j = np_gpu_join_new(&ops, 10 * ms, 100 * ms, 16);
+    CHECK(j != NULL);
+    if (!j)
+        return;
+    struct np_gpu_held held = {.json = "{", .cpu_kernel = "k"};
+    /* read before the HELLO: one made before the library started, one after */
+    held.stack_id = 1;
+    CHECK(np_gpu_join_launch(j, 7, 1, &held, true, 290 * ms) == 0);
+    held.stack_id = 2;
+    CHECK(np_gpu_join_launch(j, 7, 2, &held, true, 305 * ms) == 0);
+    held.stack_id = 9; /* another process's is not touched */
+    CHECK(np_gpu_join_launch(j, 8, 1, &held, true, 290 * ms) == 0);
+    np_gpu_join_library_started(j, 7, 300 * ms);
+    /* read after it, made before it: the caller says so */
+    held.stack_id = 3, held.before_start = true;
+    CHECK(np_gpu_join_launch(j, 7, 3, &held, true, 299 * ms) == 0);
+    held.stack_id = 4, held.before_start = false;
+    CHECK(np_gpu_join_launch(j, 7, 4, &held, true, 310 * ms) == 0);
+    np_gpu_join_tick(j, 1000 * ms);
+    CHECK(got.n == 5);
+    for (int i = 0; i < got.n && i < 5; i++) {
+        bool before = got.stack[i] == 1 || got.stack[i] == 3;
+        CHECK(got.status[i] == (before ? NP_GPU_NONE : NP_GPU_PENDING));
+    }
+    np_gpu_join_free(j);
+}
+
 /* Offsets read from the DWARF of the toolkit's real libnccl.so.2 (2.28.9)
  * equal those in ../shared/notes/nccl.md, found there with gdb/pahole and
  * the disassembly - an independent source. Skipped without that library. */
@@ -1431,6 +1466,7 @@ int main(void) {
     test_hashmap();
     test_hashmap_delete();
     test_gpu_join();
+    test_gpu_join_library_started();
     test_graphs();
     test_graph_identity();
     test_nccl_dwarf_layout();
