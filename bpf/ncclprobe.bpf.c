@@ -496,6 +496,51 @@ struct {
     __type(value, __u8);
 } py_seen_stacks SEC(".maps");
 
+/* The code objects of launch stacks (events.h, np_py_code_key), and how
+ * many of them were freed: the seed of every Python stack's hash. */
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, struct np_py_code_key);
+    __type(value, __u8);
+} py_stack_codes SEC(".maps");
+
+/* How many of them each process freed (a slot per pid modulo its size: two
+ * processes sharing one only see their stacks new once more than needed):
+ * one process making and freeing code makes no other's stacks new. */
+#define NP_PY_EPOCH_SLOTS 65536
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, NP_PY_EPOCH_SLOTS);
+    __type(key, __u32);
+    __type(value, __u64);
+} py_code_epochs SEC(".maps");
+
+static __always_inline __u64 *py_code_epoch(__u32 pid) {
+    __u32 slot = pid & (NP_PY_EPOCH_SLOTS - 1);
+    return bpf_map_lookup_elem(&py_code_epochs, &slot);
+}
+
+/* CPython frees the code object at code: one a launch stack held makes
+ * every Python stack new again (the address may soon hold another). A
+ * lookup first, which takes no lock: most frees are of code no launch ran
+ * (a module's body after its import). */
+static __always_inline void python_code_freed(__u64 pid_tgid, __u64 code) {
+    struct np_py_code_key key = {.pid = pid_tgid >> 32, .code = code};
+    if (!bpf_map_lookup_elem(&py_stack_codes, &key))
+        return;
+    bpf_map_delete_elem(&py_stack_codes, &key);
+    struct np_py_code_event ev = {.code = code};
+    fill_header(&ev.hdr, NP_EV_PY_CODE, sizeof(ev), pid_tgid, bpf_ktime_get_ns());
+    if (bpf_ringbuf_output(&events, &ev, sizeof(ev), wakeup_flag(sizeof(ev))) != 0)
+        count(NP_CNT_PY_CODE_DROPPED);
+    /* after the record: a stack new by this epoch is read after it */
+    __u64 *epoch = py_code_epoch(key.pid);
+    if (epoch)
+        __sync_fetch_and_add(epoch, 1);
+    count(NP_CNT_PY_CODE_FREED);
+}
+
 /* Values stored from globals, not the stack: the verifier adds up the stacks
  * of np_entry, capture_python, frame_walk_step and walk_held (a bpf_loop
  * callback counts as a call), and together they get BPF's 512 bytes. Never
@@ -968,7 +1013,8 @@ __noinline int capture_python(struct np_launch_event *e, const struct np_py_cfg 
     struct py_walk *s = &buf->walk;
     __builtin_memset(s, 0, sizeof(*s));
     s->base = base;
-    s->hash = 0xcbf29ce484222325ull;
+    __u64 *epoch = py_code_epoch(pid);
+    s->hash = 0xcbf29ce484222325ull ^ (epoch ? *epoch : 0);
     s->frame = f->frame;
     struct frame_walk w = {.e = e, .cfg = cfg, .buf = buf, .s = s};
     if (s->frame && cfg->cframe_frame != NP_PY_NO_FIELD) /* 3.11/3.12: via tstate->cframe */
@@ -1618,6 +1664,9 @@ static __always_inline int on_entry(struct pt_regs *ctx) {
         return 0;
     case NP_ROLE_LOADER:
         report_loader_change(pid_tgid, cfg);
+        return 0;
+    case NP_ROLE_PY_CODE_FREE:
+        python_code_freed(pid_tgid, PT_REGS_PARM1(ctx));
         return 0;
     case NP_ROLE_MARKER:
         fast = take_at_marker(ctx, pid_tgid, &probe_id, &cfg, &launch_ts);

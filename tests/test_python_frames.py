@@ -281,3 +281,36 @@ def test_attach_to_an_interpreter_already_launching(tmp_path, python):
     for _, _, _, _, _, frames in rows:
         names = [re.sub(r" \(.*", "", f).split(".")[-1] for f in frames if "(py_launch.py:" in f]
         assert names == chain, frames
+
+
+@pytest.mark.parametrize("python", interpreters())
+def test_code_made_and_freed_at_run_time_is_named_by_itself(tmp_path, python):
+    """exec-generated functions, one generation after the other, each freed before the next is
+    made: CPython gives the next one's code object the same address, in the same stack shape
+    (its name, file and line table can even land where the freed one's were). Every launch is
+    named by the function that made it, not by an earlier one at that address."""
+    w = Workload([python, REPO / "tests/progs/py_code_reuse.py", "--wait-signal"],
+                 env={"CUDART_PATH": PROGS_ENV["CUDART_PATH"]})
+    try:
+        probe = Attached(tmp_path, [w.pid])
+        probe.wait_attached(pattern=rf"recording process {w.pid}\b")
+        w.go()
+        out, err = w.finish()
+        assert w.proc.returncode == 0, err
+        rec = probe.stop()
+    finally:
+        w.kill()
+    assert rec.returncode == 0, rec.stderr
+    gens = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    addresses = [g["code"] for g in gens]
+    reused = [g for i, g in enumerate(gens) if g["code"] in addresses[:i]]
+    assert reused, f"no code object at an address of an earlier one: {addresses}"
+    named = {}
+    for _, _, _, _, _, frames in rec.ext_lines():
+        names = [re.sub(r" \(.*", "", f) for f in frames if "(<generated>:" in f]
+        assert len(names) == 1, frames
+        named[names[0]] = named.get(names[0], 0) + 1
+    assert named == {g["name"]: g["launches"] for g in gens}
+    assert rec.summary["totals"]["python_code_objects_freed"] >= len(reused), rec.summary["totals"]
+    probes = [p for p in rec.summary["probes"] if p["role"] == "python"]
+    assert len(probes) == 1 and probes[0]["attached"] and probes[0]["hits"] > 0, probes

@@ -36,6 +36,7 @@ enum np_event_type {
     NP_EV_MARKER = 4, /* libncclprobe_cupti.so named a launch's correlation id (np_marker_event) */
     NP_EV_NCCL_PLAN = 5, /* an NCCL kernel plan, sent just before its launch's record (below) */
     NP_EV_GRAPH = 6,     /* a stream-capture or graph call returned (struct np_graph_event) */
+    NP_EV_PY_CODE = 7,   /* CPython freed a code object of a launch stack (np_py_code_event) */
 };
 
 struct np_event_header {
@@ -59,8 +60,11 @@ enum np_probe_role {
                                   Py_FinalizeEx: user space catches up before a held process goes on */
     NP_ROLE_MARKER = 7,        /* ncclprobe_cupti_marker(correlation id, domain, cbid), called
                                   by our CUPTI library inside a launch: emits np_marker_event */
-    NP_ROLE_GRAPH_CALL = 8     /* a capture, event or graph call (enum np_graph_op): its
+    NP_ROLE_GRAPH_CALL = 8,    /* a capture, event or graph call (enum np_graph_op): its
                                   arguments kept at entry, np_graph_event sent at its return */
+    NP_ROLE_PY_CODE_FREE = 9   /* CPython's code-object deallocator (PyCode_Type.tp_dealloc):
+                                  a code object of a launch stack freed makes Python stacks
+                                  new again (np_py_code_key) */
 };
 
 /* What a NP_ROLE_GRAPH_CALL probe's function does to stream capture and
@@ -171,6 +175,20 @@ struct np_py_frame {
     __u32 flags;
 };
 
+/* A code object of a process's launch stacks (map py_stack_codes): user
+ * space adds each one it reads for a stack BPF reported new. When CPython
+ * frees one (NP_ROLE_PY_CODE_FREE), BPF finds it there, sends an
+ * np_py_code_event and bumps the process's slot of py_code_epochs, which
+ * its Python stacks' hashes start from: each of its stacks is reported new
+ * once more, and an address that holds another code object by then is read
+ * again, not named by the old one (whose fields a new one can repeat:
+ * strings and line tables freed with it, made again at the same places). */
+struct np_py_code_key {
+    __u32 pid;
+    __u32 pad;
+    __u64 code;
+};
+
 /* Where the BPF walker finds a thread's frames, per Python process (map
  * py_procs, key = tgid). Offsets are bytes; NP_PY_NO_FIELD: the version
  * has no such field. From per-version tables (3.10-3.12) or from the
@@ -270,6 +288,14 @@ struct np_handle_event {
 
 struct np_map_event {
     struct np_event_header hdr;
+};
+
+/* CPython freed the code object at code, one a launch stack held (its
+ * py_stack_codes entry, np_py_code_key): what user space read there names
+ * it no more. Every Python stack is reported new after it. */
+struct np_py_code_event {
+    struct np_event_header hdr;
+    __u64 code;
 };
 
 /* A CUPTI launch callback on this thread: the launch this thread is in has
@@ -400,9 +426,11 @@ enum np_counter {
                           */
     NP_CNT_GRAPH_SENT,   /* capture/graph call records written to the ring buffer */
     NP_CNT_GRAPH_DROPPED,
-    NP_CNT_PY_FRAMES,      /* Python frames the walker read (C-stack shims included) */
-    NP_CNT_PY_FRAMES_BULK, /* ... of them from a bulk copy of the thread's data stack */
-    NP_CNT_FAST_LAUNCHES,  /* launch records sent from the CUPTI marker (the fast path) */
+    NP_CNT_PY_FRAMES,       /* Python frames the walker read (C-stack shims included) */
+    NP_CNT_PY_FRAMES_BULK,  /* ... of them from a bulk copy of the thread's data stack */
+    NP_CNT_FAST_LAUNCHES,   /* launch records sent from the CUPTI marker (the fast path) */
+    NP_CNT_PY_CODE_FREED,   /* code objects of launch stacks freed (NP_ROLE_PY_CODE_FREE) */
+    NP_CNT_PY_CODE_DROPPED, /* ... whose np_py_code_event the full ring buffer lost */
     NP_CNT_MAX
 };
 

@@ -634,6 +634,95 @@ int np_attach_file(struct np_attacher *a, struct np_process *p, const char *path
     return fd < 0 ? -errno : attach_fd(a, p, fd, path, path, 0);
 }
 
+/* ---- CPython's code objects ---------------------------------------------- */
+
+/* PyTypeObject's tp_dealloc: after its PyObject_VAR_HEAD (3 words) and
+ * tp_name, tp_basicsize, tp_itemsize - the same in every GIL build. */
+#define PY_TYPE_TP_DEALLOC 48
+
+/* The library record of the mapping's file (the runtime's file has one:
+ * Py_FinalizeEx is probed there), added when the process has none. */
+static int library_of(struct np_process *p, const struct np_mapping *m) {
+    for (size_t i = 0; i < p->nlibs; i++)
+        if (strcmp(p->libs[i].path, m->path) == 0)
+            return (int)i;
+    struct np_library *lib = np_process_add_library(p, m->path);
+    if (!lib)
+        return -ENOMEM;
+    lib->dev = m->dev;
+    lib->inode = m->inode;
+    lib->seen_ns = np_monotonic_ns();
+    lib->late = p->attached;
+    return (int)(lib - p->libs);
+}
+
+static int attach_code_free_at(struct np_attacher *a, struct np_process *p,
+                               const struct np_mapping *m, uint64_t fn) {
+    char binary[4200];
+    int fd = open_target_file(p, m, binary, sizeof(binary));
+    if (fd < 0)
+        return fd;
+    close(fd);
+    int lib_index = library_of(p, m);
+    if (lib_index < 0)
+        return lib_index;
+    struct np_probe_site *s = new_site(a);
+    if (!s)
+        return -ENOSPC;
+    s->pid = p->pid;
+    s->def = &np_python_code_free_def;
+    s->lib_index = (size_t)lib_index;
+    s->offset = fn - m->start + m->offset;
+    s->err = write_site_cfg(a, s);
+    if (!s->err)
+        s->err = attach_site(a, s, binary);
+    struct np_library *lib = &p->libs[lib_index];
+    if (s->err) {
+        lib->probes_failed++;
+        if (!lib->first_error)
+            lib->first_error = s->err;
+        return s->err;
+    }
+    lib->probes_ok++;
+    lib->attached_ns = np_monotonic_ns();
+    return 1;
+}
+
+int np_attach_python_code_free(struct np_attacher *a, struct np_process *p) {
+    const struct np_python_layout *l = &p->python.layout;
+    if (!p->python.found || !l->walkable || !l->code_type || p->python_code_free)
+        return 0;
+    p->python_code_free = true; /* tried once, whatever comes of it */
+    uint64_t fn = 0;
+    int err = np_read_process(p->pid, l->code_type + PY_TYPE_TP_DEALLOC, &fn, sizeof(fn));
+    if (err)
+        return err;
+    struct np_maps maps;
+    if ((err = np_maps_read(p->pid, &maps)) < 0)
+        return err;
+    err = -ENOENT; /* not in code a file maps: not probed */
+    for (size_t i = 0; i < maps.count; i++) {
+        const struct np_mapping *m = &maps.items[i];
+        if (m->exec && m->path[0] == '/' && fn >= m->start && fn < m->end) {
+            err = attach_code_free_at(a, p, m, fn);
+            break;
+        }
+    }
+    np_maps_free(&maps);
+    return err;
+}
+
+void np_attacher_python_codes(struct np_attacher *a, pid_t pid, const uint64_t *codes, size_t n) {
+    const __u8 one = 1;
+    for (size_t i = 0; i < n; i++) {
+        struct np_py_code_key key = {.pid = (__u32)pid, .code = codes[i]};
+        /* a full map evicts its oldest: a code object forgotten there is
+         * at worst named by the one freed before it */
+        bpf_map__update_elem(a->skel->maps.py_stack_codes, &key, sizeof(key), &one, sizeof(one),
+                             BPF_ANY);
+    }
+}
+
 /* ---- The agent's fast path ------------------------------------------------ */
 
 /* A call that entered a launch function just before its int3 uprobe came

@@ -93,5 +93,12 @@ bool np_attacher_fast_is_on(const struct np_attacher *a, pid_t pid);
 int np_attach_from_maps(struct np_attacher *a, struct np_process *p, uint64_t seen_ns);
 /* Attaches to a file by path before the process maps it (ncclprobe -- CMD). */
 int np_attach_file(struct np_attacher *a, struct np_process *p, const char *path);
+/* Probes the code-object deallocator of the process's CPython (found
+ * already: p->python) at the address its PyCode_Type holds, once: 1 when
+ * attached, 0 when there is nothing to do, or -errno. */
+int np_attach_python_code_free(struct np_attacher *a, struct np_process *p);
+/* Code objects of pid that a stack BPF reported new held (read by then):
+ * their frees make Python stacks new again (events.h, np_py_code_key). */
+void np_attacher_python_codes(struct np_attacher *a, pid_t pid, const uint64_t *codes, size_t n);
 
 #endif

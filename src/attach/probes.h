@@ -17,6 +17,7 @@ enum np_probe_family {
     NP_FAMILY_NCCL,    /* libnccl */
     NP_FAMILY_LOADER,  /* the dynamic loader (ld.so) */
     NP_FAMILY_CUPTI,   /* our own libncclprobe_cupti.so: the correlation marker */
+    NP_FAMILY_PYTHON,  /* CPython itself: its code-object deallocator */
 };
 
 /* How the arguments of a probed function are passed (SysV x86-64). */
@@ -84,6 +85,10 @@ const struct np_fast_def *np_fast_def_by_symbol(const char *symbol);
 void np_fast_regs_from_params(const struct np_fast_def *f, __u64 *args, __u64 *stack_args);
 
 const struct np_probe_def *np_probe_defs(size_t *count);
+/* CPython's code-object deallocator: probed at the address PyCode_Type
+ * holds (a static function, which stripped builds do not name), not found
+ * by symbol like the others. */
+extern const struct np_probe_def np_python_code_free_def;
 const struct np_probe_def *np_probe_def_by_symbol(const char *symbol);
 bool np_probe_is_graph(const struct np_probe_def *def);
 /* The argument (0-5 registers, 6-11 stack words) that holds an NCCL

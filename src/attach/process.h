@@ -46,6 +46,7 @@ struct np_process {
     struct np_map seen_files;     /* "dev:inode" of every executable file looked at */
     struct np_python_info python; /* the CPython runtime, when the process has one */
     struct np_map python_checked; /* "dev:inode" of files already looked at for it */
+    bool python_code_free;        /* its code-object deallocator is probed (or tried) */
 };
 
 void np_process_init(struct np_process *p, pid_t pid);

@@ -76,7 +76,7 @@ static int attach_pid(struct np_session *s, pid_t pid) {
         return n;
     }
     t->proc.attached = true;
-    np_session_check_runtimes(s, t);
+    np_session_probes_placed(s, t);
     if (np_process_probe_count(&t->proc) == 0) {
         if (s->opt.no_wait) {
             np_err("process %d (%s) has no CUDA or NCCL library loaded", pid, t->comm);

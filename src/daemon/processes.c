@@ -157,7 +157,7 @@ static int attach_target(struct daemon *d, pid_t pid, uint64_t seen_ns, struct n
         n = err;
     if (n >= 0 && t) {
         t->proc.attached = true;
-        np_session_check_runtimes(&d->s, t);
+        np_session_probes_placed(&d->s, t);
     }
     int rc = n < 0 ? n : t && np_process_probe_count(&t->proc) == 0 ? 1 : 0;
     if (rc && t) {

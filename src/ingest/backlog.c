@@ -173,6 +173,20 @@ void *np_backlog_scan(struct np_backlog *b, size_t *size, uint32_t **flags) {
     return rec;
 }
 
+void np_backlog_unscan(struct np_backlog *b, size_t size) {
+    pthread_mutex_lock(&b->lock);
+    b->scan_off -= sizeof(struct rec_head) + ALIGN8(size);
+    b->scanned--;
+    pthread_mutex_unlock(&b->lock);
+}
+
+uint64_t np_backlog_scanned_waiting(struct np_backlog *b) {
+    pthread_mutex_lock(&b->lock);
+    uint64_t n = b->scanned - b->popped;
+    pthread_mutex_unlock(&b->lock);
+    return n;
+}
+
 /* Emptied chunks at the head go once the producer has moved on from them
  * (the scan moves on with them): kept as spares, or, one bigger than the
  * rest (a huge record's), put on *gone to be unmapped after the lock. */

@@ -63,6 +63,11 @@ void np_backlog_free(struct np_backlog *b);
 int np_backlog_push(struct np_backlog *b, const void *data, size_t size, bool force);
 /* The next record not scanned yet, or NULL; *flags may be changed. */
 void *np_backlog_scan(struct np_backlog *b, size_t *size, uint32_t **flags);
+/* Takes the last np_backlog_scan back (size: what it said): that record is
+ * scanned again next time, and nothing after it is handled before. */
+void np_backlog_unscan(struct np_backlog *b, size_t size);
+/* Records scanned and not popped yet. */
+uint64_t np_backlog_scanned_waiting(struct np_backlog *b);
 /* The oldest record scanned and not popped, or NULL; valid until popped. */
 const void *np_backlog_peek(struct np_backlog *b, size_t *size, uint32_t *flags);
 void np_backlog_pop(struct np_backlog *b);

@@ -111,12 +111,23 @@ static bool really_nested(struct np_ingest *in, struct np_ingest_proc *p,
  * still exist: a script's module code lives until the script ends. One
  * found where another was cached makes the texts kept by code address
  * (stacks, frames) name the old one: they go. Between batches, as every
- * change to a process (see "Worker threads"). */
-static void load_python_code(struct np_ingest_proc *p, const struct np_launch_event *e) {
+ * change to a process (see "Worker threads"). BPF hears of each code
+ * object read: when CPython frees it, stacks are reported new again, so a
+ * code object allocated at its address later is read too. */
+static void load_python_code(struct np_ingest *in, struct np_ingest_proc *p,
+                             const struct np_launch_event *e) {
     const struct np_py_frame *py = np_launch_py(e);
+    uint64_t sighted[NP_PY_MAX_FRAMES];
+    size_t nsighted = 0;
     bool replaced = false;
-    for (uint32_t i = 0; i < e->n_py; i++)
-        replaced |= np_pycode_load(p->pycode, py[i].code) == 1;
+    for (uint32_t i = 0; i < e->n_py && i < NP_PY_MAX_FRAMES; i++) {
+        int r = np_pycode_load(p->pycode, py[i].code);
+        replaced |= r == 1;
+        if (r >= 0 && np_pycode_first_sight(p->pycode, py[i].code))
+            sighted[nsighted++] = py[i].code;
+    }
+    if (nsighted)
+        np_attacher_python_codes(in->attacher, p->process->pid, sighted, nsighted);
     if (replaced)
         np_ingest_proc_forget_stacks(p);
 }
@@ -327,7 +338,7 @@ static void launch_arrived(struct np_ingest *in, const struct np_launch_event *e
         return; /* counted when it is handled */
     struct np_ingest_proc *p = in->ops->find(in, (pid_t)e->hdr.pid);
     if (p && p->pycode && (e->flags & NP_LF_PY_NEW)) {
-        load_python_code(p, e);     /* first: the code objects may not live long */
+        load_python_code(in, p, e); /* first: the code objects may not live long */
         if (p->process->hold_loads) /* BPF stopped a process we started until they were read */
             np_continue_stopped(p->process->pid, 20);
     }
@@ -549,6 +560,20 @@ static void raw_dump(struct np_ingest *in, const void *data, size_t size) {
     }
 }
 
+/* A code object of a launch stack was freed: the next stack that names its
+ * address reads what is there then (pycode.h). In arrival order, before
+ * the launch records that follow it. */
+static void handle_py_code(struct np_ingest *in, const struct np_py_code_event *ev, size_t size) {
+    if (size < sizeof(*ev)) {
+        in->stats.malformed++;
+        return;
+    }
+    in->stats.py_code_events++;
+    struct np_ingest_proc *p = in->ops->find(in, (pid_t)ev->hdr.pid);
+    if (p && p->pycode)
+        np_pycode_freed(p->pycode, ev->code);
+}
+
 /* Done as soon as a record is read; false: it is handled, nothing waits. */
 static bool arrived(struct np_ingest *in, void *data, size_t size) {
     const struct np_event_header *h = data;
@@ -556,6 +581,10 @@ static bool arrived(struct np_ingest *in, void *data, size_t size) {
         return true;            /* counted as malformed when handled */
     if (h->type == NP_EV_MAP) { /* new code: probed at once */
         handle_map(in, data, h->size);
+        return false;
+    }
+    if (h->type == NP_EV_PY_CODE) {
+        handle_py_code(in, data, h->size);
         return false;
     }
     if (h->type == NP_EV_LAUNCH)
@@ -593,12 +622,27 @@ void np_ingest_set_backlog(struct np_ingest *in, uint64_t budget_bytes) {
     in->queue = budget_bytes > 0;
 }
 
-/* What cannot wait, for every record queued since the last time. */
+/* A freed code object: the records before it must be handled first, under
+ * the names of what was freed (it changes what later ones mean). */
+static bool is_barrier(const void *rec, size_t size) {
+    const struct np_event_header *h = rec;
+    return size >= sizeof(*h) && h->type == NP_EV_PY_CODE;
+}
+
+/* What cannot wait, for every record queued since the last time - up to a
+ * barrier with records before it still to handle: it is scanned (and what
+ * follows it) once they are, and nothing after it is handled before. */
 static void scan_arrivals(struct np_ingest *in) {
     size_t size;
     uint32_t *flags;
     void *rec;
+    in->scan_held = false;
     while ((rec = np_backlog_scan(&in->backlog, &size, &flags))) {
+        if (is_barrier(rec, size) && np_backlog_scanned_waiting(&in->backlog) > 1) {
+            np_backlog_unscan(&in->backlog, size);
+            in->scan_held = true;
+            return;
+        }
         if (in->raw_dump)
             raw_dump(in, rec, size);
         if (!arrived(in, rec, size))
@@ -774,6 +818,10 @@ uint64_t np_ingest_work(struct np_ingest *in, uint64_t max_ns) {
     uint32_t flags;
     const void *rec;
     rec = np_backlog_peek(&in->backlog, &size, &flags);
+    if (!rec && in->scan_held) { /* a barrier was all there was to scan */
+        scan_arrivals(in);
+        rec = np_backlog_peek(&in->backlog, &size, &flags);
+    }
     for (unsigned n = 1; rec; n++) {
         if (!(flags & NP_BACKLOG_DONE))
             dispatch(in, (void *)rec, size);
@@ -784,6 +832,10 @@ uint64_t np_ingest_work(struct np_ingest *in, uint64_t max_ns) {
         if (n % 256 == 0) /* a record the drain thread queued meanwhile may not wait */
             scan_arrivals(in);
         rec = np_backlog_pop_peek(&in->backlog, &size, &flags);
+        if (!rec && in->scan_held) { /* what came before a barrier is handled: past it */
+            scan_arrivals(in);
+            rec = np_backlog_peek(&in->backlog, &size, &flags);
+        }
     }
     uint64_t waiting = np_backlog_waiting(&in->backlog);
     in->behind = waiting >= BATCH_RECORDS;

@@ -41,6 +41,7 @@ struct np_ingest_stats {
     uint64_t handle_events;
     uint64_t map_events;
     uint64_t graph_events;         /* capture, event and graph calls returned */
+    uint64_t py_code_events;       /* code objects of launch stacks freed (np_py_code_event) */
     uint64_t malformed;            /* wrong size, type or version */
     uint64_t unknown_source;       /* probe id or pid we do not know (already detached) */
     uint64_t unsymbolized;         /* launches of a process gone before its mappings were read */
@@ -183,7 +184,8 @@ struct np_ingest {
     uint64_t batch;                /* batches started */
     unsigned next_worker;          /* the worker the next process new to them is given */
     struct stack_job *current_job; /* the job of the record being handled, or NULL */
-    bool behind; /* the last np_ingest_work ran out of time with a batch or more waiting */
+    bool behind;    /* the last np_ingest_work ran out of time with a batch or more waiting */
+    bool scan_held; /* scan_arrivals stopped at a barrier (a freed code object's record) */
 };
 
 /* libbpf ring_buffer sample callback; ctx is a struct np_ingest. With

@@ -141,8 +141,9 @@ int np_session_ensure_symbolizer(struct np_target *t);
  * (and again when it maps a library). */
 void np_session_find_python(struct np_session *s, struct np_target *t);
 /* After probes were placed: says (once per session and version) a CUDA
- * runtime newer or older than the tested ones. */
-void np_session_check_runtimes(struct np_session *s, struct np_target *t);
+ * runtime newer or older than the tested ones, and probes the code-object
+ * deallocator of a CPython found by then (its library's record is there). */
+void np_session_probes_placed(struct np_session *s, struct np_target *t);
 /* A target mapped new code: probe it, refresh its symbols. */
 void np_session_on_new_mapping(struct np_session *s, struct np_target *t, uint64_t ts_ns);
 

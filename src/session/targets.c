@@ -98,6 +98,18 @@ static void enable_python(struct np_session *s, struct np_target *t) {
             l->from_debug_offsets ? "its _Py_DebugOffsets" : "the built-in table");
 }
 
+/* Without it, a code object freed and another made at its address, in the
+ * same stack shape, would go on being named by the first (docs/design.md). */
+static void probe_python_code_frees(struct np_session *s, struct np_target *t) {
+    if (!t->python_walked)
+        return;
+    int err = np_attach_python_code_free(&s->attacher, &t->proc);
+    if (err < 0 && err != -ESRCH)
+        np_warn("pid %d (%s): CPython's code-object deallocator not probed (%s): code made and "
+                "freed at run time (exec, eval) may be named by an earlier one at its address",
+                t->proc.pid, t->comm, strerror(-err));
+}
+
 /* A libcudart of a major the probes were not checked against: the probes
  * attach by name and the launch arguments are read as CUDA 13's, which may
  * be wrong - said once per session and major, and in summary.json. */
@@ -123,8 +135,9 @@ void np_session_find_python(struct np_session *s, struct np_target *t) {
     enable_python(s, t);
 }
 
-void np_session_check_runtimes(struct np_session *s, struct np_target *t) {
+void np_session_probes_placed(struct np_session *s, struct np_target *t) {
     say_untested_runtimes(s, t);
+    probe_python_code_frees(s, t);
 }
 
 /* A target mapped new code: refresh its symbols and probe what is new. */
@@ -142,7 +155,7 @@ void np_session_on_new_mapping(struct np_session *s, struct np_target *t, uint64
     if (!t->in.sym) /* the first load of a -- CMD child: it has exec'd since we forked it */
         np_target_refresh_identity(t);
     np_session_find_python(s, t);
-    np_session_check_runtimes(s, t);
+    np_session_probes_placed(s, t);
     np_session_ensure_symbolizer(t);
     np_ingest_proc_forget_stacks(&t->in); /* addresses may name other functions now */
     if (t->proc.hold_loads)

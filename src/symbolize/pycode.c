@@ -31,6 +31,8 @@ struct code_entry {
     char *name, *filename;
     uint8_t *linetable;
     size_t linetable_len;
+    bool sighted; /* np_pycode_first_sight said so */
+    bool freed;   /* np_pycode_freed: read again at the next load */
 };
 
 struct np_pycode {
@@ -300,7 +302,7 @@ int np_pycode_load(struct np_pycode *c, uint64_t code) {
     if (err)
         return err;
     struct code_entry *e = np_map_get_u64(&c->codes, code);
-    if (e && same_code(&e->fp, &fp))
+    if (e && !e->freed && same_code(&e->fp, &fp))
         return 0;
     if (c->codes.count >= CACHE_MAX) {
         np_map_free(&c->codes, free_entry);
@@ -318,6 +320,20 @@ int np_pycode_load(struct np_pycode *c, uint64_t code) {
         return 0;
     free_entry(e); /* replaced: the address holds another code object now */
     return 1;
+}
+
+void np_pycode_freed(struct np_pycode *c, uint64_t code) {
+    struct code_entry *e = np_map_get_u64(&c->codes, code);
+    if (e)
+        e->freed = true;
+}
+
+bool np_pycode_first_sight(struct np_pycode *c, uint64_t code) {
+    struct code_entry *e = np_map_get_u64(&c->codes, code);
+    if (!e || e->sighted)
+        return false;
+    e->sighted = true;
+    return true;
 }
 
 int np_pycode_locate(struct np_pycode *c, uint64_t code, int32_t instr,

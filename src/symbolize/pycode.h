@@ -11,6 +11,7 @@
 #ifndef NP_PYCODE_H
 #define NP_PYCODE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -35,6 +36,16 @@ void np_pycode_free(struct np_pycode *c);
  * unreadable, -EINVAL: not a code object). Called for the frames of a stack
  * not seen before, as soon as it arrives. */
 int np_pycode_load(struct np_pycode *c, uint64_t code);
+
+/* True the first time it is asked for the code object cached at code (and
+ * again once another replaced it there): BPF is told of each once. */
+bool np_pycode_first_sight(struct np_pycode *c, uint64_t code);
+
+/* The process freed the code object at code: the next np_pycode_load there
+ * reads what is there then, and returns 1 when it is a code object, even
+ * one whose fields repeat the freed one's. Until then the cached one still
+ * names it (records from before the free). */
+void np_pycode_freed(struct np_pycode *c, uint64_t code);
 
 /* Looks up one frame, from the cache when the code object is in it (else
  * as np_pycode_load): 0 and *out filled, or -errno. */

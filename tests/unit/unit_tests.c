@@ -1263,6 +1263,43 @@ static void test_backlog(void) {
     np_backlog_free(&b);
 }
 
+/* A record scanned and taken back (a barrier): nothing after it can be
+ * popped, it comes again at the next scan, the records after it follow -
+ * also when it is the first of a chunk. */
+static void test_backlog_unscan(void) {
+    struct np_backlog b;
+    np_backlog_init(&b, 0);
+    static uint8_t rec[1u << 20];
+    size_t size;
+    uint32_t *flags, f;
+    int n = 0;
+    for (; n < 12; n++) { /* a megabyte each: the fifth starts the second 4 MiB chunk */
+        memcpy(rec, &n, sizeof(n));
+        CHECK(np_backlog_push(&b, rec, sizeof(rec) - 64, false) == 0);
+    }
+    for (int barrier = 2; barrier <= 4; barrier += 2) { /* inside a chunk, then at its start */
+        int *r;
+        while ((r = np_backlog_scan(&b, &size, &flags)) && *r != barrier) {
+        }
+        CHECK(r && *r == barrier && np_backlog_scanned_waiting(&b) > 1);
+        np_backlog_unscan(&b, size);
+        int popped = 0;
+        for (const int *p; (p = np_backlog_peek(&b, &size, &f)); popped++)
+            np_backlog_pop(&b);
+        CHECK(popped == (barrier == 2 ? 2 : 1) && np_backlog_scanned_waiting(&b) == 0);
+        r = np_backlog_scan(&b, &size, &flags);
+        CHECK(r && *r == barrier);
+        const int *p = np_backlog_peek(&b, &size, &f);
+        CHECK(p && *p == barrier);
+        np_backlog_pop(&b);
+    }
+    int next = 5, in_order = 1;
+    for (int *r; (r = np_backlog_scan(&b, &size, &flags)); next++)
+        in_order &= *r == next;
+    CHECK(in_order && next == n);
+    np_backlog_free(&b);
+}
+
 /* Spare chunks: a burst's are kept while the last few seconds needed them,
  * then all but a few are given back (the window moved by hand here). */
 static void test_backlog_spares(void) {
@@ -1454,6 +1491,7 @@ static void test_workers(void) {
 int main(void) {
     test_demangle();
     test_backlog();
+    test_backlog_unscan();
     test_backlog_spares();
     test_backlog_threaded();
     test_backlog_ahead();
