@@ -3,7 +3,7 @@
 modules recompiled, templates, code generators).
 
 Generation by generation, compiles a function gen_<i> with exec, launches through it
-(cudaLaunchKernel via ctypes, $CUDART_PATH), then drops it and collects: its code object
+(cudaLaunchKernel via ctypes, as py_launch.py loads it), then drops it and collects: its code object
 is freed, and CPython's allocator tends to give the next generation's code object the same
 address, in the same stack shape (<module> -> gen_<i> -> launch). With --wait-signal it
 prints "ready PID" and waits for SIGUSR1 first. Prints one JSON line a generation:
@@ -17,18 +17,11 @@ import gc
 import json
 import os
 import signal
+import sys
 import time
 
-CUDART_PATH = os.environ.get("CUDART_PATH") or "/usr/local/cuda/lib64/libcudart.so.13"
-
-
-class dim3(ctypes.Structure):
-    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
-
-
-cudart = ctypes.CDLL(CUDART_PATH)
-cudart.cudaLaunchKernel.argtypes = [ctypes.c_void_p, dim3, dim3, ctypes.POINTER(ctypes.c_void_p),
-                                    ctypes.c_size_t, ctypes.c_void_p]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from py_launch import cudart, dim3  # noqa: E402  (libcudart through ctypes, $CUDART_PATH)
 
 
 def launch():
