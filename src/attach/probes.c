@@ -197,17 +197,12 @@ void np_fast_regs_from_params(const struct np_fast_def *f, __u64 *args, __u64 *s
     }
 }
 
-const struct np_probe_def np_python_code_free_def = {"code_dealloc",
-                                                     "python-code-free",
-                                                     NP_FAMILY_PYTHON,
-                                                     NP_ROLE_PY_CODE_FREE,
-                                                     NP_LAYOUT_NONE,
-                                                     -1,
-                                                     0,
-                                                     0,
-                                                     0,
-                                                     0,
-                                                     0};
+const struct np_probe_def np_python_code_free_def = {.symbol = "code_dealloc",
+                                                     .api = "python-code-free",
+                                                     .family = NP_FAMILY_PYTHON,
+                                                     .role = NP_ROLE_PY_CODE_FREE,
+                                                     .layout = NP_LAYOUT_NONE,
+                                                     .deref_arg = -1};
 
 const struct np_probe_def *np_probe_defs(size_t *count) {
     *count = sizeof(defs) / sizeof(defs[0]);

@@ -104,6 +104,7 @@ static cJSON *totals_json(const struct np_summary *s) {
     np_json_add_u64(o, "python_frames_read", c[NP_CNT_PY_FRAMES]);
     np_json_add_u64(o, "python_frames_from_bulk_reads", c[NP_CNT_PY_FRAMES_BULK]);
     np_json_add_u64(o, "python_code_objects_freed", c[NP_CNT_PY_CODE_FREED]);
+    np_json_add_u64(o, "python_code_events_dropped", c[NP_CNT_PY_CODE_DROPPED]);
     np_json_add_u64(o, "cupti_markers", s->ingest->marker_events);
     np_json_add_u64(o, "cupti_markers_dropped", c[NP_CNT_MARKER_DROPPED]);
     /* the agent's fast path: launches taken at the CUPTI marker (docs/gpu.md) */
